@@ -1,0 +1,39 @@
+# labkit: `make lab` runs the whole workshop headless; `make test` runs the test suite.
+# Both do all their own set-up on a fresh machine (venv, packages, data).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup data lab test test-fast jupyter lint clean-runs
+
+setup: $(STAMP)
+
+# torch==2.13.0 is installed on its own first: on a CPU-only machine pip then finds the local
+# CPU wheel instead of pulling a CUDA build through megatron-core's dependencies.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+data: setup
+	$(PY) code/prepare_data.py
+
+lab: setup data
+	$(VENV)/bin/labkit regress --profile cpu --backend local --out runs/lab
+
+test: setup data
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -m "not slurm and not engine and not notebooks" $(PYTEST_ARGS)
+
+jupyter: setup data
+	$(VENV)/bin/jupyter lab notebooks
+
+lint: setup
+	$(VENV)/bin/ruff check labkit code tests benchmarks

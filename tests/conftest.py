@@ -1,0 +1,33 @@
+"""Shared fixtures. Slow tiers are marked (engine, slurm, notebooks) and always run in CI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def run_root(tmp_path, monkeypatch) -> Path:
+    """A private run root (LABKIT_RUN_ROOT) so tests never touch the repo's runs/."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setenv("LABKIT_RUN_ROOT", str(root))
+    return root
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip outside CI; in CI a missing prerequisite is a failure, never a silent skip."""
+    if IN_CI:
+        pytest.fail(f"CI must run this test, but: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable

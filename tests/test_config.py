@@ -1,0 +1,152 @@
+"""RunConfig: presets, JSON round trip, summary, and every validation rule with its numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.config import FIELD_NAMES, MEGATRON_FLAGS, PRESETS, PROFILES, RunConfig
+from labkit.errors import ConfigError
+
+
+def make(**kw):
+    return RunConfig(**{"name": "t", **kw})
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_build_and_round_trip(preset):
+    cfg = RunConfig.from_preset(preset, name=f"p_{preset}", nodes=1, gpus_per_node=1,
+                                micro_batch_size=1, global_batch_size=4)
+    text = cfg.to_json()
+    back = RunConfig.from_json(text)
+    assert back == cfg
+    assert back.to_json() == text
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_profiles_are_valid(profile):
+    cfg = RunConfig.for_profile(profile, name="x")
+    assert cfg.world_size == cfg.nodes * cfg.gpus_per_node
+
+
+def test_round_trip_through_file_keeps_every_field(tmp_path):
+    cfg = make(nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
+               pipeline_model_parallel_size=2, num_layers=8,
+               num_layers_per_virtual_pipeline_stage=2, global_batch_size=16,
+               memory_limit_gb=1.5, recompute_granularity="full", profile_ranks=(0, 3),
+               extra={"notebook": "06"})
+    path = tmp_path / "c.json"
+    cfg.to_json(path)
+    back = RunConfig.from_json(path)
+    assert back == cfg and back.profile_ranks == (0, 3)
+    assert set(json.loads(path.read_text())) == set(FIELD_NAMES)
+
+
+def test_derived_numbers_and_summary():
+    cfg = make(nodes=2, gpus_per_node=4, tensor_model_parallel_size=2,
+               pipeline_model_parallel_size=2, micro_batch_size=2, global_batch_size=16,
+               seq_length=128)
+    assert (cfg.world_size, cfg.tp, cfg.pp, cfg.dp) == (8, 2, 2, 2)
+    assert cfg.num_microbatches == 4
+    assert cfg.tokens_per_iteration == 2048
+    s = cfg.summary()
+    for needle in ("world size 8", "DP=2", "4 microbatch", "2,048"):
+        assert needle in s
+
+
+def test_padded_vocab_matches_megatron():
+    # Megatron pads to a multiple of make_vocab_size_divisible_by x TP: GPT-2's 50257 -> 50304.
+    assert make(vocab_size=50257, max_position_embeddings=128).padded_vocab_size == 50304
+    cfg = make(vocab_size=50257, tensor_model_parallel_size=2)
+    assert cfg.padded_vocab_size == 50432
+
+
+def rules_broken(**kw) -> str:
+    with pytest.raises(ConfigError) as e:
+        make(**kw)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("kw, needles", [
+    (dict(tensor_model_parallel_size=3, nodes=2, gpus_per_node=2), ["3 x 1 = 3", "world size 4"]),
+    (dict(global_batch_size=6, micro_batch_size=4), ["global_batch_size 6", "4 x DP 2 = 8"]),
+    (dict(num_layers=6, pipeline_model_parallel_size=4, nodes=2, global_batch_size=8),
+     ["num_layers 6", "PP 4"]),
+    (dict(num_attention_heads=3, hidden_size=96, tensor_model_parallel_size=2),
+     ["num_attention_heads 3", "TP 2"]),
+    (dict(hidden_size=100, num_attention_heads=8), ["hidden_size 100", "8"]),
+    (dict(num_query_groups=3), ["num_query_groups 3", "num_attention_heads 4"]),
+    (dict(num_query_groups=1, tensor_model_parallel_size=2), ["num_query_groups 1", "TP 2"]),
+    (dict(sequence_parallel=True), ["sequence_parallel", "TP > 1"]),
+    (dict(num_layers_per_virtual_pipeline_stage=1), ["needs PP > 1"]),
+    (dict(num_layers=8, pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=3),
+     ["PP 2 x num_layers_per_virtual_pipeline_stage 3 = 6"]),
+    (dict(num_layers=8, pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=2,
+          global_batch_size=3, micro_batch_size=1), ["microbatches (3", "PP 2"]),
+    (dict(seq_length=256), ["seq_length 256", "max_position_embeddings 128"]),
+    (dict(micro_batch_size=0), ["micro_batch_size=0 must be positive"]),
+    (dict(precision="fp8"), ["precision='fp8'"]),
+    (dict(recompute_granularity="some"), ["recompute_granularity='some'"]),
+    (dict(attention_backend="sdpa"), ["attention_backend='sdpa'"]),
+    (dict(device="tpu"), ["device='tpu'"]),
+    (dict(backend="k8s"), ["backend='k8s'"]),
+    (dict(precision="bf16"), ["precision='bf16' does not run on device='cpu'"]),
+    (dict(name="a b;rm -rf"), ["name='a b;rm -rf'"]),
+    (dict(profile_ranks=(5,)), ["profile_ranks"]),
+])
+def test_each_rule_names_its_numbers(kw, needles):
+    msg = rules_broken(**kw)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_all_violations_reported_at_once():
+    with pytest.raises(ConfigError) as e:
+        make(num_attention_heads=3, hidden_size=100, seq_length=512, sequence_parallel=True)
+    assert len(e.value.violations) >= 4
+
+
+def test_unknown_keys_listed_against_valid_ones():
+    with pytest.raises(ConfigError) as e:
+        RunConfig.from_dict({"name": "x", "tensor_parallel": 2})
+    msg = str(e.value)
+    assert "tensor_parallel" in msg and "tensor_model_parallel_size" in msg
+    assert "Valid fields are" in msg
+
+
+def test_tp_across_nodes_is_a_warning_not_an_error():
+    with pytest.warns(UserWarning, match="TP 4 > gpus_per_node 2"):
+        cfg = make(nodes=2, gpus_per_node=2, tensor_model_parallel_size=4)
+    assert cfg.dp == 1
+
+
+def test_gpu_only_features_allowed_on_cuda():
+    cfg = make(device="cuda", precision="bf16", attention_backend="flash",
+               tensor_model_parallel_size=2, sequence_parallel=True)
+    assert cfg.sequence_parallel
+
+
+def test_frozen_and_replace_revalidates():
+    cfg = make()
+    with pytest.raises(Exception):
+        cfg.nodes = 3  # type: ignore[misc]
+    with pytest.raises(ConfigError):
+        cfg.replace(micro_batch_size=3)
+    with pytest.raises(ConfigError, match="unknown RunConfig field"):
+        cfg.replace(tp=2)
+
+
+def test_megatron_flags_are_mechanical():
+    assert MEGATRON_FLAGS["tensor_model_parallel_size"] == "--tensor-model-parallel-size"
+    assert MEGATRON_FLAGS["micro_batch_size"] == "--micro-batch-size"
+    assert "name" not in MEGATRON_FLAGS
+
+
+def test_bad_json_is_a_config_error(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        RunConfig.from_json(p)
+    with pytest.raises(ConfigError, match="cannot read"):
+        RunConfig.from_json(tmp_path / "missing.json")

@@ -1,0 +1,270 @@
+"""Checks for the ``FIXME`` exercise cells of the notebooks (NVIDIA DLI style).
+
+A student notebook holds ``tp = FIXME``; the cell below it calls a check such as
+``check_layout(tp, pp, dp, world_size=4)``. A wrong answer gets a hint that carries the
+numbers ("TP x PP x DP = 2 x 1 x 1 = 2, but the job has 4 ranks"), a right one a confirmation.
+
+Every check returns a ``CheckResult`` (truthy when passed) and records its outcome through
+``labkit.regress.record`` so ``labkit regress`` can report "exercise checks passed".
+With ``LABKIT_EXERCISES_STRICT=1`` (set by ``labkit regress`` for the solved notebooks) a wrong
+answer raises ``ExerciseError``, so a broken solution fails the notebook at that very cell.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.errors import LabkitError
+
+
+class _Fixme:
+    """The placeholder students replace. Using it in arithmetic says so, instead of a TypeError."""
+
+    _instance: _Fixme | None = None
+
+    def __new__(cls) -> _Fixme:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "FIXME"
+
+    def __bool__(self) -> bool:
+        raise ExerciseError("a value is still FIXME: replace FIXME with your answer and re-run "
+                            "the cell")
+
+    def _refuse(self, *_: Any) -> Any:
+        raise ExerciseError("a value is still FIXME: replace FIXME with your answer and re-run "
+                            "the cell")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __int__ = _refuse
+    __float__ = __index__ = _refuse
+
+
+FIXME = _Fixme()
+STRICT_ENV = "LABKIT_EXERCISES_STRICT"
+
+
+class ExerciseError(LabkitError, ValueError):
+    """A FIXME left in place, or (in strict mode) a wrong answer."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one exercise check; truthy when the answer is right."""
+
+    name: str
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return f"{'Correct' if self.passed else 'Not yet'} ({self.name}): {self.message}"
+
+    def _repr_markdown_(self) -> str:
+        mark = "✅ **Correct**" if self.passed else "❌ **Not yet**"
+        return f"{mark} ({self.name}): {self.message}"
+
+
+# Outcomes of this process's checks, in order (the notebook's kernel keeps them).
+RESULTS: list[CheckResult] = []
+
+
+def _finish(name: str, problems: list[str], ok_message: str) -> CheckResult:
+    res = CheckResult(name, not problems, ok_message if not problems else " ".join(problems))
+    RESULTS.append(res)
+    try:  # regress is optional here: a check must work in a bare notebook too
+        from labkit.regress import record
+        record(f"exercise.{name}", bool(res.passed))
+    except ImportError:
+        pass
+    print(res)
+    if not res.passed and os.environ.get(STRICT_ENV, "") not in ("", "0"):
+        raise ExerciseError(str(res))
+    return res
+
+
+def _unfilled(name: str, **answers: Any) -> CheckResult | None:
+    left = [k for k, v in answers.items() if v is FIXME]
+    if not left:
+        return None
+    return _finish(name, [f"{', '.join(left)} still FIXME: replace it with your answer."], "")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_world_size(answer: Any, *, nodes: int, gpus_per_node: int) -> CheckResult:
+    """World size = nodes x processes (GPUs) per node."""
+    if (r := _unfilled("world_size", world_size=answer)) is not None:
+        return r
+    want = nodes * gpus_per_node
+    problems = [] if answer == want else [
+        f"world_size = {answer!r}, but {nodes} node(s) x {gpus_per_node} GPU(s) per node = "
+        f"{want} ranks: one rank per GPU (per process on CPU)."]
+    return _finish("world_size", problems, f"{nodes} x {gpus_per_node} = {want} ranks.")
+
+
+def check_layout(tp: Any, pp: Any, dp: Any, world_size: int) -> CheckResult:
+    """TP x PP x DP must equal the number of ranks."""
+    if (r := _unfilled("layout", tp=tp, pp=pp, dp=dp)) is not None:
+        return r
+    problems = []
+    bad = [f"{k}={v!r}" for k, v in (("tp", tp), ("pp", pp), ("dp", dp))
+           if not _is_int(v) or v < 1]
+    if bad:
+        problems.append(f"{', '.join(bad)}: each degree is a whole number >= 1.")
+    elif tp * pp * dp != world_size:
+        hint = ""
+        if world_size % (tp * pp) == 0:
+            hint = f" With TP={tp} and PP={pp}, DP = {world_size} / ({tp} x {pp}) = " \
+                   f"{world_size // (tp * pp)}."
+        problems.append(f"TP x PP x DP = {tp} x {pp} x {dp} = {tp * pp * dp}, but the job has "
+                        f"{world_size} ranks.{hint}")
+    return _finish("layout", problems,
+                   f"TP x PP x DP = {tp} x {pp} x {dp} = {world_size} ranks.")
+
+
+def check_num_microbatches(answer: Any, *, global_batch_size: int, micro_batch_size: int,
+                           dp: int) -> CheckResult:
+    """Gradient accumulation steps = global / (micro x DP)."""
+    if (r := _unfilled("num_microbatches", num_microbatches=answer)) is not None:
+        return r
+    per_step = micro_batch_size * dp
+    want = global_batch_size // per_step
+    problems = []
+    if global_batch_size % per_step:
+        problems.append(f"global batch {global_batch_size} is not divisible by micro "
+                        f"{micro_batch_size} x DP {dp} = {per_step}: no whole number of "
+                        f"microbatches exists; change the batch sizes first.")
+    elif answer != want:
+        problems.append(f"num_microbatches = {answer!r}, but global {global_batch_size} / "
+                        f"(micro {micro_batch_size} x DP {dp}) = {global_batch_size} / "
+                        f"{per_step} = {want}.")
+    return _finish("num_microbatches", problems,
+                   f"{global_batch_size} / ({micro_batch_size} x {dp}) = {want} microbatches "
+                   f"(gradient accumulation steps) per iteration.")
+
+
+def check_bubble(answer: Any, *, pp: int, num_microbatches: int, vpp: int = 1,
+                 rel_tol: float = 0.02) -> CheckResult:
+    """Pipeline bubble relative to ideal compute: (p - 1) / (v x m)."""
+    if (r := _unfilled("bubble", bubble=answer)) is not None:
+        return r
+    want = (pp - 1) / (vpp * num_microbatches)
+    v = f" x v {vpp}" if vpp > 1 else ""
+    ok = isinstance(answer, (int, float)) and math.isclose(answer, want, rel_tol=rel_tol,
+                                                          abs_tol=1e-9)
+    problems = [] if ok else [
+        f"bubble = {answer!r}, but (PP - 1) / ({'v x ' if vpp > 1 else ''}m) = ({pp} - 1) / "
+        f"(m {num_microbatches}{v}) = {want:.3f}. More microbatches shrink it."]
+    return _finish("bubble", problems, f"({pp} - 1) / ({vpp * num_microbatches}) = {want:.3f} "
+                   f"of the ideal compute time is spent idle in the pipeline bubble.")
+
+
+def check_scaling_efficiency(answer: Any, *, time_1: float, time_n: float, n: int = 2,
+                             weak: bool = True, abs_tol: float = 0.02) -> CheckResult:
+    """Scaling efficiency from iteration times on 1 and n nodes.
+
+    Weak scaling (same work per rank, n times the global batch): t1 / tn.
+    Strong scaling (same global batch): t1 / (n x tn).
+    """
+    if (r := _unfilled("scaling_efficiency", efficiency=answer)) is not None:
+        return r
+    want = time_1 / time_n if weak else time_1 / (n * time_n)
+    formula = (f"t1 / t{n} = {time_1:.1f} / {time_n:.1f}" if weak
+               else f"t1 / ({n} x t{n}) = {time_1:.1f} / ({n} x {time_n:.1f})")
+    ok = isinstance(answer, (int, float)) and abs(answer - want) <= abs_tol
+    problems = [] if ok else [f"efficiency = {answer!r}, but {formula} = {want:.3f} "
+                              f"({'weak' if weak else 'strong'} scaling)."]
+    return _finish("scaling_efficiency", problems, f"{formula} = {want:.3f} "
+                   f"({want:.0%} of ideal {'weak' if weak else 'strong'} scaling).")
+
+
+def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any, *,
+                 nodes: int, gpus_per_node: int, num_layers: int, num_attention_heads: int,
+                 want_tp: int | None = None, want_pp: int | None = None) -> CheckResult:
+    """A hybrid TP x PP x DP layout for ``nodes`` x ``gpus_per_node`` ranks.
+
+    Every rule is checked at once and every number is named; ``want_tp``/``want_pp`` pin the
+    layout the exercise asks for (e.g. TP=2 x PP=2 on 2 nodes).
+    """
+    if (r := _unfilled("hybrid", tp=tp, pp=pp, micro_batch_size=micro_batch_size,
+                       global_batch_size=global_batch_size)) is not None:
+        return r
+    ws = nodes * gpus_per_node
+    vals = dict(tp=tp, pp=pp, micro_batch_size=micro_batch_size,
+                global_batch_size=global_batch_size)
+    bad = [f"{k}={v!r}" for k, v in vals.items() if not _is_int(v) or v < 1]
+    if bad:
+        return _finish("hybrid", [f"{', '.join(bad)}: each must be a whole number >= 1."], "")
+    p: list[str] = []
+    if want_tp is not None and tp != want_tp:
+        p.append(f"the exercise asks for TP={want_tp}, you have TP={tp}.")
+    if want_pp is not None and pp != want_pp:
+        p.append(f"the exercise asks for PP={want_pp}, you have PP={pp}.")
+    if ws % (tp * pp):
+        p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide the {ws} ranks "
+                 f"({nodes} nodes x {gpus_per_node}).")
+        return _finish("hybrid", p, "")
+    dp = ws // (tp * pp)
+    if tp > gpus_per_node:
+        p.append(f"TP={tp} > {gpus_per_node} GPUs per node: a TP group would cross nodes; keep "
+                 f"TP <= {gpus_per_node}.")
+    if num_layers % pp:
+        p.append(f"{num_layers} layers do not split into PP={pp} equal stages.")
+    if num_attention_heads % tp:
+        p.append(f"{num_attention_heads} attention heads do not split over TP={tp}.")
+    if global_batch_size % (micro_batch_size * dp):
+        k = micro_batch_size * dp
+        p.append(f"global batch {global_batch_size} is not divisible by micro "
+                 f"{micro_batch_size} x DP {dp} = {k}; try {k * max(1, global_batch_size // k)}.")
+    elif pp > 1 and global_batch_size // (micro_batch_size * dp) < pp:
+        m = global_batch_size // (micro_batch_size * dp)
+        p.append(f"only {m} microbatch(es) for PP={pp} stages: the pipeline never fills; use "
+                 f"global batch >= {micro_batch_size * dp * pp}.")
+    m = global_batch_size // (micro_batch_size * dp) if not p else 0
+    return _finish("hybrid", p, f"TP={tp} x PP={pp} x DP={dp} = {ws} ranks; {m} microbatches "
+                   f"of {micro_batch_size}; bubble (PP-1)/m = {(pp - 1) / max(m, 1):.2f}.")
+
+
+def check_max_micro_batch(answer: Any, *, peak_gb_by_micro_batch: dict[int, float],
+                          limit_gb: float) -> CheckResult:
+    """The largest micro batch whose predicted peak memory fits under ``limit_gb``."""
+    if (r := _unfilled("max_micro_batch", micro_batch_size=answer)) is not None:
+        return r
+    fits = sorted(m for m, gb in peak_gb_by_micro_batch.items() if gb <= limit_gb)
+    want = fits[-1] if fits else None
+    table = ", ".join(f"{m}: {gb:.2f} GB" for m, gb in sorted(peak_gb_by_micro_batch.items()))
+    problems = [] if answer == want else [
+        f"micro batch {answer!r}: predicted peaks ({table}) against a limit of {limit_gb:.2f} GB "
+        f"give {want} as the largest that fits."]
+    return _finish("max_micro_batch", problems,
+                   f"micro batch {want} peaks at {peak_gb_by_micro_batch.get(want, 0):.2f} GB "
+                   f"<= {limit_gb:.2f} GB; the next size up does not fit.")
+
+
+def check_value(name: str, answer: Any, expected: Any, *, hint: str,
+                rel_tol: float = 0.05) -> CheckResult:
+    """A generic check: a number within ``rel_tol`` (or an exact match for anything else)."""
+    if (r := _unfilled(name, **{name: answer})) is not None:
+        return r
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        ok = isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=rel_tol)
+    else:
+        ok = answer == expected
+    problems = [] if ok else [f"{name} = {answer!r}, expected {expected!r}: {hint}"]
+    return _finish(name, problems, f"{name} = {expected!r}.")
+
+
+def summary() -> dict[str, int]:
+    """How many checks ran and passed in this kernel."""
+    return {"checks": len(RESULTS), "passed": sum(r.passed for r in RESULTS)}

@@ -1,0 +1,122 @@
+"""Collective bandwidth results -> DataFrame -> plot.
+
+Reads what ``code/allreduce_bench.py`` writes (its ``--json-out`` JSON lines, or its printed
+table) and the table printed by NVIDIA's nccl-tests (``all_reduce_perf`` and friends), whose
+column layout the benchmark copies: ``size count type redop [root] time algbw busbw #wrong``,
+then the same four for in-place. Bandwidths are GB/s (1e9 bytes per second), times microseconds.
+
+    df = read_busbw("runs/bw/busbw.jsonl")
+    plot_busbw(df)                      # bus bandwidth vs message size, one line per op/scope
+    peak_busbw(df)                      # the plateau per op/scope, e.g. intra vs inter node
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
+
+COLUMNS = ["op", "scope", "group_size", "nodes", "world_size", "backend", "dtype", "size_bytes",
+           "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"]
+
+# One data row of the table: out-of-place columns, then optionally in-place ones.
+_ROW = re.compile(
+    r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>\w+)\s+(?P<redop>\w+)\s+(?:(?P<root>-?\d+)\s+)?"
+    r"(?P<time>[\d.]+)\s+(?P<algbw>[\d.]+)\s+(?P<busbw>[\d.]+)\s+(?P<wrong>\S+)"
+    r"(?:\s+(?P<ip_time>[\d.]+)\s+(?P<ip_algbw>[\d.]+)\s+(?P<ip_busbw>[\d.]+)\s+(?P<ip_wrong>\S+))?"
+    r"\s*$")
+# Our section header: "# op=all_reduce scope=inter group_size=2 ..."
+_SECTION = re.compile(r"^#\s*op=(\S+)(.*)$")
+_NCCL_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+
+
+def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") -> pd.DataFrame:
+    """Rows of a printed table (ours or nccl-tests'); ``op`` names the collective of an
+    nccl-tests file (it does not print it), our own tables carry it in their headers."""
+    rows: list[dict] = []
+    section: dict = {"op": op, "scope": scope}
+    for line in text.splitlines():
+        m = _SECTION.match(line)
+        if m:
+            section = {"op": m.group(1), "scope": scope}
+            for kv in m.group(2).split():
+                k, _, v = kv.partition("=")
+                section[k] = int(v) if v.isdigit() else v
+            continue
+        m = _ROW.match(line)
+        if not m:
+            continue
+        row = {**section, "size_bytes": int(m["size"]), "count": int(m["count"]),
+               "time_us": float(m["time"]), "algbw_gbps": float(m["algbw"]),
+               "busbw_gbps": float(m["busbw"]), "wrong": _int_or_none(m["wrong"])}
+        row.setdefault("dtype", _NCCL_TYPES.get(m["type"], m["type"]))
+        if m["ip_time"] is not None:
+            row.update(inplace_time_us=float(m["ip_time"]), inplace_algbw_gbps=float(m["ip_algbw"]),
+                       inplace_busbw_gbps=float(m["ip_busbw"]),
+                       inplace_wrong=_int_or_none(m["ip_wrong"]))
+        rows.append(row)
+    return _frame(rows)
+
+
+def read_busbw(path: str | Path, *, op: str | None = None) -> pd.DataFrame:
+    """A results file -> one row per (op, scope, message size).
+
+    ``.jsonl``/``.json`` files are the benchmark's ``--json-out``; anything else is read as a
+    printed table (a job log that holds the benchmark's output, or an nccl-tests log).
+    """
+    p = Path(path)
+    text = p.read_text()
+    if p.suffix in (".jsonl", ".json"):
+        return _frame([json.loads(line) for line in text.splitlines() if line.strip()])
+    return parse_bench_text(text, op=op)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for c in COLUMNS:
+        if c not in df.columns:
+            df[c] = None
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[COLUMNS + extra]
+
+
+def peak_busbw(df: pd.DataFrame) -> pd.DataFrame:
+    """The highest bus bandwidth of each (op, scope) and the message size it was reached at."""
+    idx = df.groupby(["op", "scope"], dropna=False)["busbw_gbps"].idxmax()
+    out = df.loc[idx, ["op", "scope", "group_size", "size_bytes", "busbw_gbps"]]
+    return out.reset_index(drop=True)
+
+
+def plot_busbw(df: pd.DataFrame, *, by: tuple[str, ...] = ("op", "scope"),
+               ax: plt.Axes | None = None) -> plt.Axes:
+    """Bus bandwidth (GB/s) against message size (bytes, log scale), one line per ``by`` group.
+
+    Intra-node (loopback / NVLink) and inter-node (the network) lines side by side show where
+    a layout's traffic should go: the gap between them is why TP stays inside a node.
+    """
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 4))[1]
+    keys = [k for k in by if k in df.columns]
+    for key, g in df.groupby(keys, dropna=False) if keys else [("all", df)]:
+        g = g.sort_values("size_bytes")
+        label = " ".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+        if "group_size" in g and g["group_size"].notna().all():
+            label += f" (n={int(g['group_size'].iloc[0])})"
+        ax.plot(g["size_bytes"], g["busbw_gbps"], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)",
+           title="collective bus bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=" / ".join(keys) if keys else None)
+    return ax

@@ -1,0 +1,298 @@
+"""The planner: is a layout valid, does it fit, what does an iteration cost? Pure arithmetic.
+
+Before anyone waits in a queue: ``plan(cfg)`` gives memory per pipeline stage, FLOPs, the
+bubble and ``fits`` for one RunConfig; ``plan_layouts(nodes=, gpus_per_node=, model=)`` tries
+every (TP, PP, DP, virtual PP) of a cluster shape and says why the invalid ones are invalid;
+``rank_grid(...)`` shows which ranks talk to which, and which groups cross nodes.
+
+``Plan.to_dict()`` is the JSON of ``labkit plan CONFIG.json --json`` (DESIGN.md section 5):
+``layout {world_size, tp, pp, dp, vpp}``, ``num_microbatches``, ``memory_gb {first_stage,
+last_stage, peak}`` (each stage ``weights, gradients, optimizer, activations, logits, total``,
+GB = 1e9 bytes), ``gpu_memory_gb``, ``fits``, ``flops_per_iteration``,
+``hardware_flops_per_iteration``, ``bubble_fraction``, and one documented extra key:
+``required_gb``, the peak plus the margin ``fits`` is judged with (see ``planner_memory``).
+
+The arithmetic lives in ``planner_grid`` (rank grid), ``planner_memory`` (parameters, memory)
+and ``planner_flops`` (FLOPs, bubble, communication, time estimate); this module joins them.
+No torch import: a whole 4096-GPU sweep takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.config import RunConfig
+from labkit.errors import ConfigError
+from labkit.planner_flops import (
+    HARDWARE,
+    Hardware,
+    bubble_fraction,
+    comm_volume,
+    estimate_iteration_time,
+    flops_per_iteration,
+    hardware_flops_per_iteration,
+)
+from labkit.planner_grid import ORDER, RankGrid, rank_grid
+from labkit.planner_memory import (
+    StageMemory,
+    activation_bytes_per_layer,
+    layer_params,
+    memory_limit_gb,
+    param_counts,
+    required_gb,
+    stage_memory,
+    stage_params,
+    total_params,
+)
+
+__all__ = [
+    "HARDWARE", "ORDER", "Hardware", "LayoutPlan", "Plan", "RankGrid", "StageMemory",
+    "activation_bytes_per_layer", "bubble_fraction", "cli_plan", "comm_volume",
+    "estimate_iteration_time", "flops_per_iteration", "format_layouts",
+    "hardware_flops_per_iteration", "layer_params", "param_counts", "plan", "plan_layouts",
+    "rank_grid", "stage_memory", "stage_params", "total_params",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Memory, FLOPs and bubble of one RunConfig."""
+
+    config: RunConfig
+    first_stage: StageMemory
+    last_stage: StageMemory
+    gpu_memory_gb: float
+    required_gb: float
+    fits: bool
+    flops_per_iteration: float
+    hardware_flops_per_iteration: float
+    bubble_fraction: float
+
+    @property
+    def peak_gb(self) -> float:
+        return max(self.first_stage.total, self.last_stage.total)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "layout": {"world_size": c.world_size, "tp": c.tp, "pp": c.pp, "dp": c.dp,
+                       "vpp": c.vpp},
+            "num_microbatches": c.num_microbatches,
+            "memory_gb": {"first_stage": self.first_stage.to_dict(),
+                          "last_stage": self.last_stage.to_dict(), "peak": self.peak_gb},
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "fits": self.fits,
+            "flops_per_iteration": self.flops_per_iteration,
+            "hardware_flops_per_iteration": self.hardware_flops_per_iteration,
+            "bubble_fraction": self.bubble_fraction,
+            "required_gb": self.required_gb,
+        }
+
+    def summary(self) -> str:
+        """A few lines with units, for notebooks."""
+        c, f, la = self.config, self.first_stage, self.last_stage
+        verdict = "fits" if self.fits else "does NOT fit"
+        return "\n".join([
+            f"layout TP={c.tp} PP={c.pp} DP={c.dp} VPP={c.vpp}, {c.num_microbatches} "
+            f"microbatch(es), bubble {self.bubble_fraction:.1%}",
+            f"first stage {f.total:.3f} GB (weights {f.weights:.3f}, grads {f.gradients:.3f}, "
+            f"optimizer {f.optimizer:.3f}, activations {f.activations:.3f}, logits {f.logits:.3f})",
+            f"last stage  {la.total:.3f} GB (weights {la.weights:.3f}, grads {la.gradients:.3f}, "
+            f"optimizer {la.optimizer:.3f}, activations {la.activations:.3f}, "
+            f"logits {la.logits:.3f})",
+            f"needs {self.required_gb:.2f} GB with margin of {self.gpu_memory_gb:g} GB: {verdict}",
+            f"{self.flops_per_iteration / 1e12:,.3f} TFLOP per iteration (model), "
+            f"{self.hardware_flops_per_iteration / 1e12:,.3f} with recompute",
+        ])
+
+
+def plan(cfg: RunConfig) -> Plan:
+    """Memory per stage, FLOPs, bubble and fits of a (validated) RunConfig."""
+    first = stage_memory(cfg, 0)
+    last = stage_memory(cfg, cfg.pp - 1)
+    peak = max(first.total, last.total)
+    need = required_gb(cfg, peak)
+    limit = memory_limit_gb(cfg)
+    return Plan(config=cfg, first_stage=first, last_stage=last, gpu_memory_gb=limit,
+                required_gb=need, fits=need <= limit,
+                flops_per_iteration=flops_per_iteration(cfg),
+                hardware_flops_per_iteration=hardware_flops_per_iteration(cfg),
+                bubble_fraction=bubble_fraction(cfg))
+
+
+# --- all layouts of a cluster shape ----------------------------------------------------------
+@dataclass(frozen=True)
+class LayoutPlan:
+    """One candidate (TP, PP, DP, VPP): valid with its plan, or invalid with the reasons."""
+
+    tp: int
+    pp: int
+    dp: int
+    vpp: int
+    reasons: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    tp_crosses_nodes: bool = False
+    est_iteration_s: float | None = None
+    """``estimate_iteration_time`` on the sweep's hardware profile (an estimate, for ordering)."""
+
+    @property
+    def valid(self) -> bool:
+        return self.plan is not None
+
+    @property
+    def fits(self) -> bool:
+        return self.plan is not None and self.plan.fits
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "vpp": self.vpp,
+                "valid": self.valid, "fits": self.fits, "tp_crosses_nodes": self.tp_crosses_nodes,
+                "est_iteration_s": self.est_iteration_s, "reasons": list(self.reasons),
+                "plan": self.plan.to_dict() if self.plan else None}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def plan_layouts(*, nodes: int, gpus_per_node: int, model: str | RunConfig = "tiny",
+                 gpu_memory_gb: float | None = None, micro_batch_size: int = 1,
+                 global_batch_size: int | None = None, interleaved: bool = True,
+                 hardware: Hardware | str | None = None, **overrides: Any) -> list[LayoutPlan]:
+    """Every (TP, PP, DP, VPP) of ``nodes x gpus_per_node`` ranks for a model, fitting first.
+
+    Args:
+        nodes, gpus_per_node: the cluster shape (world size = their product).
+        model: a preset name (``tiny``, ``gpt2-124m``, ...) or a RunConfig whose model and
+            run fields are kept (its layout fields are replaced).
+        gpu_memory_gb: memory per GPU; default the RunConfig's.
+        micro_batch_size: per rank; ``global_batch_size`` default the RunConfig's.
+        interleaved: also try the interleaved schedule (every valid layers-per-virtual-stage).
+        hardware: profile for the iteration-time estimate that orders fitting layouts
+            (default ``h100-80gb`` on cuda, ``cpu-lab`` on cpu); see ``HARDWARE``.
+        overrides: other RunConfig fields (``recompute_granularity``, ``precision``, ...).
+
+    Returns:
+        Valid and fitting layouts first (TP inside a node first, then by estimated iteration
+        time, which weighs the bubble and the communication of each group),
+        then valid ones that do not fit, then invalid ones with ``reasons`` (RunConfig's rules,
+        e.g. "num_layers 12 is not divisible by PP 5").
+    """
+    base = (model.to_dict() if isinstance(model, RunConfig)
+            else RunConfig.from_preset(model).to_dict())
+    base.update(nodes=nodes, gpus_per_node=gpus_per_node, micro_batch_size=micro_batch_size,
+                profile_ranks=[0], **overrides)
+    if gpu_memory_gb is not None:
+        base["gpu_memory_gb"] = gpu_memory_gb
+    if global_batch_size is not None:
+        base["global_batch_size"] = global_batch_size
+    if hardware is None:
+        hardware = "h100-80gb" if base.get("device") == "cuda" else "cpu-lab"
+    world = nodes * gpus_per_node
+    out: list[LayoutPlan] = []
+    for tp in _divisors(world):
+        for pp in _divisors(world // tp):
+            vs_options: list[int | None] = [None]
+            if interleaved and pp > 1:
+                vs_options += [vs for vs in _divisors(base["num_layers"])
+                               if base["num_layers"] % (pp * vs) == 0
+                               and base["num_layers"] // (pp * vs) >= 2]
+            for vs in vs_options:
+                out.append(_one_layout(base, tp, pp, vs, world, gpus_per_node, hardware))
+    return sorted(out, key=_rank_key)
+
+
+def _one_layout(base: dict[str, Any], tp: int, pp: int, vs: int | None, world: int,
+                gpus_per_node: int, hardware: Hardware | str) -> LayoutPlan:
+    dp = world // (tp * pp)
+    vpp = base["num_layers"] // (pp * vs) if vs else 1
+    fields_ = {**base, "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+               "num_layers_per_virtual_pipeline_stage": vs}
+    if tp == 1:
+        fields_["sequence_parallel"] = False  # sequence parallel is only asked for where TP > 1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TP across nodes is flagged below instead
+            cfg = RunConfig.from_dict(fields_)
+    except ConfigError as e:
+        return LayoutPlan(tp, pp, dp, vpp, reasons=e.violations,
+                          tp_crosses_nodes=tp > gpus_per_node)
+    est = estimate_iteration_time(cfg, hardware)["iteration_s"]
+    return LayoutPlan(tp, pp, dp, vpp, plan=plan(cfg), tp_crosses_nodes=tp > gpus_per_node,
+                      est_iteration_s=est)
+
+
+def _rank_key(lp: LayoutPlan) -> tuple:
+    if lp.plan is None:
+        return (2, 0, 0, 0.0, lp.tp, lp.pp, lp.vpp)
+    return (0 if lp.fits else 1, lp.tp_crosses_nodes, lp.est_iteration_s or 0.0,
+            round(lp.plan.required_gb, 6), lp.tp, lp.pp, lp.vpp)
+
+
+def format_layouts(layouts: list[LayoutPlan], *, show_invalid: bool = True) -> str:
+    """A text table, one row per layout, in the order given (fitting ones first)."""
+    head = (f"{'TP':>4} {'PP':>4} {'DP':>5} {'VPP':>4} {'mb':>5} {'first GB':>9} "
+            f"{'last GB':>9} {'need GB':>9} {'fits':>5} {'bubble':>7} {'est s/it':>9}  note")
+    rows = [head, "-" * len(head)]
+    for lp in layouts:
+        if lp.plan is None:
+            if show_invalid:
+                rows.append(f"{lp.tp:>4} {lp.pp:>4} {lp.dp:>5} {lp.vpp:>4} {'-':>5} {'-':>9} "
+                            f"{'-':>9} {'-':>9} {'-':>5} {'-':>7} {'-':>9}  invalid: "
+                            + "; ".join(lp.reasons))
+            continue
+        p = lp.plan
+        note = "TP crosses nodes" if lp.tp_crosses_nodes else ""
+        rows.append(f"{lp.tp:>4} {lp.pp:>4} {lp.dp:>5} {lp.vpp:>4} "
+                    f"{p.config.num_microbatches:>5} {p.first_stage.total:>9.3f} "
+                    f"{p.last_stage.total:>9.3f} {p.required_gb:>9.3f} "
+                    f"{'yes' if p.fits else 'NO':>5} {p.bubble_fraction:>7.1%} "
+                    f"{lp.est_iteration_s or 0.0:>9.3g}  {note}".rstrip())
+    return "\n".join(rows)
+
+
+# --- CLI -------------------------------------------------------------------------------------
+def cli_plan(args: argparse.Namespace) -> int:
+    """``labkit plan CONFIG.json [--json]`` or ``labkit plan --world-size N [--preset P] ...``."""
+    if args.config:
+        cfg = RunConfig.from_json(args.config)
+        overrides = {}
+        if args.gpu_memory_gb is not None:
+            overrides["gpu_memory_gb"] = args.gpu_memory_gb
+        if overrides:
+            cfg = cfg.replace(**overrides)
+        p = plan(cfg)
+        if args.json:
+            print(json.dumps(p.to_dict(), indent=2))
+        else:
+            print(p.summary())
+        return 0
+    if args.world_size is None and args.nodes is None:
+        raise ConfigError("labkit plan needs CONFIG.json, or --world-size N (or --nodes N "
+                          "--gpus-per-node G) to list layouts")
+    gpn = args.gpus_per_node
+    if args.world_size is not None:
+        nodes = args.nodes or 1
+        gpn = gpn or args.world_size // nodes
+        if nodes * gpn != args.world_size:
+            raise ConfigError(f"--world-size {args.world_size} != --nodes {nodes} x "
+                              f"--gpus-per-node {gpn}; give matching values or only one")
+    else:
+        nodes, gpn = args.nodes, gpn or 1
+    layouts = plan_layouts(nodes=nodes, gpus_per_node=gpn, model=args.preset,
+                           gpu_memory_gb=args.gpu_memory_gb,
+                           micro_batch_size=args.micro_batch_size or 1,
+                           global_batch_size=args.global_batch_size)
+    if args.json:
+        print(json.dumps([lp.to_dict() for lp in layouts if lp.valid], indent=2))
+    else:
+        valid = sum(lp.valid for lp in layouts)
+        fit = sum(lp.fits for lp in layouts)
+        print(f"{args.preset} on {nodes} node(s) x {gpn} = {nodes * gpn} ranks: "
+              f"{valid} valid layouts, {fit} fit", file=sys.stderr)
+        print(format_layouts(layouts))
+    return 0

@@ -1,0 +1,217 @@
+"""Parameters and memory per pipeline stage, in GB (1e9 bytes), for one rank of a layout.
+
+Model: megatron-core's ``GPTModel`` with the local layer spec and Megatron-LM's defaults (what
+``code/pretrain_gpt.py`` builds): learned absolute position embeddings, LayerNorm (weight and
+bias), biases on every linear layer, GELU MLP or SwiGLU (``fc1`` twice as wide), grouped-query
+attention, vocabulary padded to a multiple of ``make_vocab_size_divisible_by x TP``.
+
+Per rank and stage:
+
+* weights: the stage's parameters in the training precision (4 bytes fp32, 2 bytes bf16/fp16);
+* gradients: fp32 main grads (4 bytes), megatron's DDP grad buffer, never sharded;
+* optimizer: Adam's two fp32 moments (8 bytes) plus, in bf16/fp16, fp32 master weights
+  (4 bytes); the distributed optimizer shards these over DP, as megatron does;
+* activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+  Models", section 4), generalised; per layer and microbatch, with e bytes per activation
+  element and 1-byte dropout masks:
+  LayerNorm inputs 2·sbh·e, QKV input sbh·e, Q and K (s·b·(h+kv)·e), V (sbkv·e),
+  attention scores: softmax output, dropout mask and output (2e+1)·a·s²·b, projection input
+  sbh·e, fc1 input sbh·e, fc1 output sb·f1·e, activation output sbf·e, two masks 2·sbh.
+  (For e = 2, kv = h, f = 4h this is Korthikanti's 34·sbh + 5·a·s²·b.) TP divides what it
+  splits; sequence parallel divides the rest too. The s² term goes with selective recompute or
+  flash attention; full recompute keeps one layer input per layer plus one layer's working set.
+  The first stage holds the most microbatches in flight: min(m, p - r) under 1F1B; under the
+  interleaved schedule megatron's warm-up (2·(p - r - 1) + (v - 1)·p + 1 chunk microbatches).
+  The first stage also keeps the embedding's dropout mask and token ids;
+* logits (last stage): megatron-core's vocab-parallel cross entropy works in place on an fp32
+  copy of the logits (s·b·V/t x 4 bytes), which later holds their gradient; in bf16/fp16 the
+  output layer's half-precision logits live beside it (s·b·V/t x 2).
+
+``fits`` compares the peak stage with the memory limit after a margin: x 1.10 for the caching
+allocator's fragmentation, plus the process's fixed cost (CUDA context, cuBLAS/NCCL workspaces:
+1.0 GB on ``cuda``; interpreter + torch + megatron-core: 0.5 GB on ``cpu``). On ``cpu`` with
+``memory_limit_gb`` set, the limit is that budget (it is applied on top of the started process,
+so no fixed cost is added).
+
+Where this differs from Megatron-LM's ``megatron/training/theoretical_memory_usage.py``, and why:
+
+* it counts 18 bytes/parameter (bf16 weights + fp32 grads + fp32 master + Adam) whatever the
+  precision; here fp32 runs (our CPU profile) count 4 + 4 + 8, without a master copy;
+* its "most loaded shard" adds the embedding to the first stage's layers; here the first and
+  the last stage are computed separately (position embeddings, final LayerNorm and, with tied
+  embeddings and PP > 1, the output layer's copy of the word embeddings on the last stage);
+* its activation formula is Table 2 for hidden-sized attention (its own TODO); here GQA's
+  smaller K/V, SwiGLU's wider fc1, ffn_hidden_size and fp32 activations are counted;
+* it adds logits only when PP = 1 and as 4·sbh·(1 + V/h) bytes; here the last stage always
+  carries the logits, sized after the in-place cross entropy described above;
+* it applies the interleaving penalty 1 + (p-1)/(p·v) and min(1, m/p) as factors; here the
+  in-flight count per pipeline rank follows the schedules' warm-up counts (the same for rank 0
+  when m is large, smaller when m is small);
+* it has no fits / margin; its 5 % "miscellaneous" overhead is replaced by the margin above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from labkit.config import RunConfig
+
+GB = 1e9
+ALLOCATOR_FACTOR = 1.10
+"""Headroom for the caching allocator's fragmentation and short-lived temporaries."""
+CONTEXT_GB = {"cuda": 1.0, "cpu": 0.5}
+"""Fixed per-process cost: CUDA context + library workspaces, or interpreter + libraries."""
+
+_ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes per weight / activation element in a training precision."""
+    return _ACT_BYTES[precision]
+
+
+# --- parameters ------------------------------------------------------------------------------
+def _dims(cfg: RunConfig) -> tuple[int, int, int, int, int, int]:
+    h, a = cfg.hidden_size, cfg.num_attention_heads
+    kv = cfg.query_groups * (h // a)  # K (or V) width: query groups x head dim
+    f = cfg.ffn_size
+    f1 = 2 * f if cfg.swiglu else f  # fc1 computes gate and value halves under SwiGLU
+    return h, a, kv, f, f1, cfg.tp
+
+
+def layer_params(cfg: RunConfig, tp: int | None = None) -> int:
+    """Parameters of one transformer layer on one TP rank (of ``tp``, default the config's)."""
+    h, _, kv, f, f1, t = _dims(cfg)
+    t = tp or t
+    qkv = (h + 2 * kv) // t * (h + 1)  # column parallel: weight rows and bias split
+    proj = h * (h // t) + h  # row parallel: weight columns split, bias whole
+    fc1 = f1 // t * (h + 1)
+    fc2 = h * (f // t) + h
+    norms = 2 * 2 * h  # input_layernorm and pre_mlp_layernorm, weight + bias
+    return qkv + proj + fc1 + fc2 + norms
+
+
+def stage_params(cfg: RunConfig, pp_rank: int) -> int:
+    """Parameters on one TP rank of pipeline rank ``pp_rank`` (all its virtual chunks)."""
+    h, t, p = cfg.hidden_size, cfg.tp, cfg.pp
+    vocab_shard = cfg.padded_vocab_size // t * h
+    n = cfg.num_layers // p * layer_params(cfg)
+    if pp_rank == 0:
+        n += vocab_shard + cfg.max_position_embeddings * h  # word + position embeddings
+    if pp_rank == p - 1:
+        n += 2 * h  # final LayerNorm
+        # The output layer: its own weight when untied; with tied embeddings and PP > 1 the
+        # last stage keeps a copy of the word embeddings (kept equal by an all-reduce).
+        if cfg.untie_embeddings_and_output_weights or p > 1:
+            n += vocab_shard
+    return n
+
+
+def param_counts(cfg: RunConfig) -> dict[tuple[int, int], int]:
+    """Parameters per (tp_rank, pp_rank), as each rank's ``sum(p.numel())`` counts them."""
+    per_stage = [stage_params(cfg, r) for r in range(cfg.pp)]
+    return {(t, r): per_stage[r] for r in range(cfg.pp) for t in range(cfg.tp)}
+
+
+def total_params(cfg: RunConfig) -> int:
+    """Distinct parameters of the whole model (tied embeddings counted once)."""
+    h, vp = cfg.hidden_size, cfg.padded_vocab_size  # padded as at the config's TP
+    embeddings = vp * h * (2 if cfg.untie_embeddings_and_output_weights else 1)
+    return (cfg.num_layers * layer_params(cfg, tp=1) + embeddings
+            + cfg.max_position_embeddings * h + 2 * h)
+
+
+# --- activations -----------------------------------------------------------------------------
+def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "config") -> float:
+    """Bytes one transformer layer keeps for backward, per microbatch, on one TP rank.
+
+    ``recompute`` defaults to the config's granularity; pass None for no recompute.
+    """
+    rc = cfg.recompute_granularity if recompute == "config" else recompute
+    h, a, kv, f, f1, t = _dims(cfg)
+    s, b, e = cfg.seq_length, cfg.micro_batch_size, element_bytes(cfg.precision)
+    sp = cfg.sequence_parallel
+    if rc == "full":  # only the layer's input survives the forward pass
+        return s * b * h * e / (t if sp else 1)
+    split = e * ((h + kv) + kv + h + f1 + f)  # Q and K, V, proj input, fc1 out, act out
+    unsplit = e * 4 * h + 2 * h  # 2 LayerNorm inputs, QKV and fc1 inputs; 2 dropout masks
+    per_token = split / t + (unsplit / t if sp else unsplit)
+    total = s * b * per_token
+    if rc != "selective":
+        if cfg.attention_backend == "flash":
+            total += 4 * a * s * b / t  # only the softmax statistics (fp32) are kept
+        else:
+            total += (2 * e + 1) * a * s * s * b / t  # softmax out, dropout mask, dropout out
+    return total
+
+
+def in_flight_microbatches(cfg: RunConfig, pp_rank: int) -> int:
+    """Microbatches (of one model chunk) whose activations pipeline rank ``pp_rank`` holds at
+    its peak: the schedule's warm-up forwards plus the one in its steady 1F1B step."""
+    p, v, m = cfg.pp, cfg.vpp, cfg.num_microbatches
+    if p == 1:
+        return 1  # forward and backward of one microbatch at a time
+    if v == 1:
+        return min(m, p - pp_rank)
+    return min(m * v, 2 * (p - pp_rank - 1) + (v - 1) * p + 1)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Memory of one rank of a pipeline stage, in GB (1e9 bytes)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.logits
+
+    def to_dict(self) -> dict[str, float]:
+        return {**asdict(self), "total": self.total}
+
+
+def stage_memory(cfg: RunConfig, pp_rank: int) -> StageMemory:
+    """Weights, gradients, optimizer, activations and logits of one rank of stage ``pp_rank``."""
+    n = stage_params(cfg, pp_rank)
+    e = element_bytes(cfg.precision)
+    adam = 8 + (4 if e < 4 else 0)  # moments, plus fp32 master weights in mixed precision
+    if cfg.use_distributed_optimizer:
+        adam /= cfg.dp
+    s, b, h, t = cfg.seq_length, cfg.micro_batch_size, cfg.hidden_size, cfg.tp
+    sp_div = t if cfg.sequence_parallel else 1
+    p, v = cfg.pp, cfg.vpp
+    layers_per_chunk = cfg.num_layers // (p * v)
+    chunks = in_flight_microbatches(cfg, pp_rank)
+    act = chunks * layers_per_chunk * activation_bytes_per_layer(cfg)
+    if cfg.recompute_granularity == "full":  # one layer is re-run at a time, fully stored
+        act += activation_bytes_per_layer(cfg, recompute=None)
+    if pp_rank == 0:  # token ids (int64) and the embedding dropout mask, per microbatch
+        first_chunk = min(cfg.num_microbatches, -(-chunks // v) if v > 1 else chunks)
+        act += first_chunk * s * b * (8 + h / sp_div)
+    logits = 0.0
+    if pp_rank == p - 1:
+        act += 2 * s * b * h * e / sp_div  # final LayerNorm input, output layer input
+        v_shard = cfg.padded_vocab_size / t
+        logits = s * b * v_shard * (4 + (e if e < 4 else 0))
+    return StageMemory(weights=n * e / GB, gradients=n * 4 / GB, optimizer=n * adam / GB,
+                       activations=act / GB, logits=logits / GB)
+
+
+def memory_limit_gb(cfg: RunConfig) -> float:
+    """The memory one rank may use: the CPU budget when set, else ``gpu_memory_gb``."""
+    if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
+        return float(cfg.memory_limit_gb)
+    return float(cfg.gpu_memory_gb)
+
+
+def required_gb(cfg: RunConfig, peak_gb: float) -> float:
+    """Peak stage memory plus the documented margin (allocator factor + fixed process cost)."""
+    fixed = 0.0 if (cfg.device == "cpu" and cfg.memory_limit_gb is not None) \
+        else CONTEXT_GB[cfg.device]
+    return peak_gb * ALLOCATOR_FACTOR + fixed

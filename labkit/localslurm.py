@@ -1,0 +1,338 @@
+"""A real Slurm mini-cluster on this machine: ``labkit cluster up | down | status`` (root).
+
+``up`` writes its own ``slurm.conf`` under ``STATE_DIR`` and starts munged (if none answers),
+one slurmctld and one slurmd per node. Each node is a network namespace with its own address
+(10.77.0.11, .12, ...) and an interface named ``eth0`` on the bridge ``lkbr0`` (10.77.0.1, where
+slurmctld listens), so torchrun's rendezvous, gloo and Slurm really cross a network between
+nodes. Each node's link is shaped with ``tc tbf`` (default 1 Gbit/s), so traffic inside a node
+(loopback) and between nodes differ measurably, like NVLink and Ethernet.
+
+slurmd is started with ``nsenter --net=/run/netns/NAME``: ``ip netns exec`` remounts ``/sys``,
+which loses ``/sys/fs/cgroup``, and slurmd 22.05 then dies ("Unable to initialize cgroup
+plugin"). ``down`` stops exactly what ``up`` recorded in ``started.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from labkit._logging import log
+from labkit.cluster import PROFILE_DIR, ClusterProfile, load_profile
+from labkit.errors import LabkitError
+
+STATE_DIR = Path(os.environ.get("LABKIT_SLURM_DIR", "/var/lib/labkit-slurm"))
+SLURM_CONF = STATE_DIR / "slurm.conf"
+STARTED = STATE_DIR / "started.json"
+BRIDGE, SUBNET, NS_PREFIX, PARTITION = "lkbr0", "10.77.0", "lk-node", "lab"
+ETC_CONF = Path("/etc/slurm/slurm.conf")
+
+
+class ClusterError(LabkitError, RuntimeError):
+    """The mini-cluster could not be started, or is not there."""
+
+
+def _sh(*cmd: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(cmd), capture_output=True, text=True, env=env)
+    if check and p.returncode:
+        raise ClusterError(f"`{' '.join(cmd)}` failed (exit {p.returncode}): "
+                           f"{(p.stderr or p.stdout).strip()}")
+    return p
+
+
+def _slurm_env() -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(SLURM_CONF)}
+
+
+def node_names(n: int) -> list[str]:
+    return [f"node{i}" for i in range(1, n + 1)]
+
+
+def node_addr(i: int) -> str:
+    return f"{SUBNET}.{10 + i}"
+
+
+def _read_started() -> dict | None:
+    try:
+        return json.loads(STARTED.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None, name: str) -> bool:
+    try:
+        return bool(pid) and name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(
+            errors="replace")
+    except OSError:
+        return False
+
+
+def _pidfile(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_up() -> bool:
+    """True when ``up`` ran and its slurmctld is still alive."""
+    st = _read_started()
+    return bool(st) and _alive(st.get("pids", {}).get("slurmctld"), "slurmctld")
+
+
+def local_profile() -> ClusterProfile:
+    """The ClusterProfile for jobs on the mini-cluster (GLOO_SOCKET_IFNAME=eth0, NodeAddr)."""
+    from labkit.render import default_torchrun
+
+    return load_profile(PROFILE_DIR / "local-minicluster.yaml").replace(
+        torchrun=default_torchrun(), slurm_conf=str(SLURM_CONF))
+
+
+def _slurm_conf(nodes: int, cpus: int) -> str:
+    host = socket.gethostname()
+    d = STATE_DIR
+    # Job ids grow with time across down/up, so an old run's job.json never names a new job.
+    first_id = 1000 + (int(time.time()) // 10) % 60_000_000
+    lines = [
+        "# Written by `labkit cluster up`; do not edit (it is rewritten on every up).",
+        "ClusterName=labkit",
+        f"SlurmctldHost={host}({SUBNET}.1)",
+        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+        f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/run/slurmctld.pid", f"SlurmdPidFile={d}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
+        # No cgroups and no accounting daemon on one machine: sacct answers nothing here.
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/none", "MpiDefault=none",
+        # CR_CPU: a job holding a node's CPUs makes the next one wait (PENDING), as on a real site.
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
+        "SlurmdParameters=config_overrides", "ReturnToService=2",
+        f"FirstJobId={first_id}", "MinJobAge=300", "KillWait=5", "InactiveLimit=0",
+        "SlurmctldTimeout=30", "SlurmdTimeout=60", "MessageTimeout=10",
+    ]
+    for i, name in enumerate(node_names(nodes), start=1):
+        lines.append(f"NodeName={name} NodeAddr={node_addr(i)} NodeHostname={host} "
+                     f"CPUs={cpus} State=UNKNOWN")
+    lines.append(f"PartitionName={PARTITION} Nodes=node[1-{nodes}] Default=YES MaxTime=INFINITE "
+                 f"State=UP OverSubscribe=NO")
+    return "\n".join(lines) + "\n"
+
+
+def _ensure_packages() -> None:
+    if shutil.which("slurmctld") and shutil.which("munged"):
+        return
+    log.info("installing slurm-wlm and munge with apt-get (first start on this machine)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    _sh("apt-get", "update", "-q", env=env)
+    _sh("apt-get", "install", "-y", "-q", "--no-install-recommends", "slurm-wlm", "munge",
+        "iproute2", env=env)
+
+
+def _munge_ok() -> bool:
+    if not shutil.which("munge"):
+        return False
+    p = subprocess.run("munge -n | unmunge", shell=True, capture_output=True)
+    return p.returncode == 0
+
+
+def _start_munge() -> int | None:
+    if _munge_ok():
+        return None  # someone else's munged answers; leave it alone
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+    Path("/run/munge").mkdir(parents=True, exist_ok=True)
+    _sh("munged", "--force")
+    for _ in range(50):
+        if _munge_ok():
+            return _pidfile(Path("/run/munge/munged.pid"))
+        time.sleep(0.1)
+    raise ClusterError("munged started but `munge -n | unmunge` still fails; see "
+                       "/var/log/munge/munged.log")
+
+
+def _network(nodes: int, rate: str) -> None:
+    _sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    _sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+    _sh("ip", "link", "set", BRIDGE, "up")
+    for i in range(1, nodes + 1):
+        ns, veth = f"{NS_PREFIX}{i}", f"lkv{i}"
+        _sh("ip", "netns", "add", ns)
+        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
+        _sh("ip", "link", "set", f"{veth}p", "netns", ns)
+        _sh("ip", "-n", ns, "link", "set", f"{veth}p", "name", "eth0")
+        _sh("ip", "-n", ns, "addr", "add", f"{node_addr(i)}/24", "dev", "eth0")
+        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        _sh("ip", "link", "set", veth, "master", BRIDGE, "up")
+        # The node's outgoing link: what crosses nodes is shaped, loopback inside one is not.
+        _sh("nsenter", f"--net=/run/netns/{ns}", "tc", "qdisc", "add", "dev", "eth0", "root",
+            "tbf", "rate", rate, "burst", "256kb", "latency", "50ms")
+
+
+def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> ClusterProfile:
+    """Start the mini-cluster (idempotent) and return the profile for jobs on it."""
+    if os.geteuid() != 0:
+        raise ClusterError("`labkit cluster up` needs root (it creates network namespaces and "
+                           "starts slurmctld/slurmd). Run it with sudo, or use backend='local', "
+                           "which runs the same jobs as plain processes without Slurm or root.")
+    if nodes < 1 or cpus_per_node < 1:
+        raise ClusterError(f"nodes={nodes} and cpus_per_node={cpus_per_node} must be >= 1")
+    st = _read_started()
+    if is_up() and st and (st["nodes"], st["cpus_per_node"], st["rate"]) == (
+            nodes, cpus_per_node, rate):
+        return local_profile()
+    if st:
+        log.info("stopping the previous mini-cluster first (different shape or half started)")
+        cluster_down()
+    _ensure_packages()
+    for sub in ("state", "run", "log", *(f"spool/{n}" for n in node_names(nodes))):
+        (STATE_DIR / sub).mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(STATE_DIR / "state", ignore_errors=True)  # a fresh controller, no old jobs
+    (STATE_DIR / "state").mkdir()
+    SLURM_CONF.write_text(_slurm_conf(nodes, cpus_per_node))
+    record: dict = {"nodes": nodes, "cpus_per_node": cpus_per_node, "rate": rate, "pids": {},
+                    "etc_link": False, "started_at": time.time()}
+    STARTED.write_text(json.dumps(record))  # written early: down can clean a half-started one
+    record["pids"]["munged"] = _start_munge()
+    STARTED.write_text(json.dumps(record))
+    _network(nodes, rate)
+    _sh("slurmctld", "-f", str(SLURM_CONF))
+    record["pids"]["slurmctld"] = _wait_pidfile(STATE_DIR / "run/slurmctld.pid", "slurmctld")
+    STARTED.write_text(json.dumps(record))
+    for i, name in enumerate(node_names(nodes), start=1):
+        _sh("nsenter", f"--net=/run/netns/{NS_PREFIX}{i}", "slurmd", "-f", str(SLURM_CONF),
+            "-N", name)
+        record["pids"][f"slurmd-{name}"] = _wait_pidfile(STATE_DIR / f"run/slurmd-{name}.pid",
+                                                         "slurmd")
+        STARTED.write_text(json.dumps(record))
+    if not ETC_CONF.exists() and not ETC_CONF.is_symlink():
+        # So that a student's plain `sinfo` / `sbatch job.sh` finds this cluster too.
+        ETC_CONF.parent.mkdir(parents=True, exist_ok=True)
+        ETC_CONF.symlink_to(SLURM_CONF)
+        record["etc_link"] = True
+    STARTED.write_text(json.dumps(record))
+    _wait_idle(nodes)
+    log.info(f"mini-cluster up: {nodes} nodes x {cpus_per_node} CPUs, link {rate}, "
+             f"SLURM_CONF={SLURM_CONF}")
+    return local_profile()
+
+
+def _wait_pidfile(path: Path, name: str, timeout: float = 20) -> int:
+    end = time.time() + timeout
+    while time.time() < end:
+        pid = _pidfile(path)
+        if pid and _alive(pid, name):
+            return pid
+        time.sleep(0.1)
+    raise ClusterError(f"{name} did not start (no live pid in {path}); see its log in "
+                       f"{STATE_DIR}/log/:\n{_log_tail(name)}")
+
+
+def _log_tail(name: str, n: int = 15) -> str:
+    out = []
+    for f in sorted((STATE_DIR / "log").glob(f"{name}*.log")):
+        out.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-n:]))
+    return "\n".join(out)
+
+
+def _wait_idle(nodes: int, timeout: float = 60) -> None:
+    end, states = time.time() + timeout, {}
+    while time.time() < end:
+        states = {n["name"]: n["state"] for n in cluster_status()["nodes"]}
+        if len(states) == nodes and all(s.startswith("idle") for s in states.values()):
+            return
+        time.sleep(0.5)
+    raise ClusterError(f"nodes not idle after {timeout:.0f} s: {states}. Logs:\n"
+                       f"{_log_tail('slurmd')}\n{_log_tail('slurmctld')}")
+
+
+def _stop(pid: int | None, name: str) -> None:
+    if not _alive(pid, name):
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(50):
+        if not _alive(pid, name):
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
+def cluster_down() -> None:
+    """Stop what ``up`` started (daemons, job processes in its namespaces) and remove its
+    namespaces, links and /etc/slurm/slurm.conf link. State and logs stay in STATE_DIR."""
+    st = _read_started()
+    if not st:
+        log.info("no mini-cluster recorded in %s: nothing to stop", STARTED)
+        return
+    pids = st.get("pids", {})
+    for key, pid in pids.items():
+        if key.startswith("slurmd"):
+            _stop(pid, "slurmd")
+    _stop(pids.get("slurmctld"), "slurmctld")
+    for i in range(1, st["nodes"] + 1):
+        ns = f"{NS_PREFIX}{i}"
+        if not Path(f"/run/netns/{ns}").exists():
+            continue
+        # Whatever still runs inside our node namespaces is a job step of ours.
+        for pid in _sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        _sh("ip", "netns", "delete", ns, check=False)
+        _sh("ip", "link", "delete", f"lkv{i}", check=False)
+    _sh("ip", "link", "delete", BRIDGE, check=False)
+    if pids.get("munged"):
+        _stop(pids["munged"], "munged")
+    if st.get("etc_link") and ETC_CONF.is_symlink() and os.readlink(ETC_CONF) == str(SLURM_CONF):
+        ETC_CONF.unlink()
+    STARTED.unlink(missing_ok=True)
+    log.info("mini-cluster down")
+
+
+def cluster_status() -> dict:
+    """``{"up", "nodes": [{"name", "addr", "state", "cpus"}], "slurm_conf", "partition"}``."""
+    st = _read_started()
+    out = {"up": is_up(), "nodes": [], "slurm_conf": str(SLURM_CONF), "partition": PARTITION,
+           "rate": st.get("rate") if st else None}
+    if not out["up"]:
+        return out
+    p = _sh("sinfo", "-N", "-h", "-o", "%N|%o|%t|%c", check=False, env=_slurm_env())
+    for line in p.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4:
+            out["nodes"].append({"name": parts[0], "addr": parts[1], "state": parts[2],
+                                 "cpus": int(parts[3]) if parts[3].isdigit() else None})
+    return out
+
+
+def cli_cluster(args: argparse.Namespace) -> int:
+    """``labkit cluster up [--nodes N] [--cpus-per-node C] [--rate R] | down | status``."""
+    if args.action == "up":
+        cluster_up(args.nodes, args.cpus_per_node, args.rate)
+    elif args.action == "down":
+        cluster_down()
+        return 0
+    st = cluster_status()
+    if getattr(args, "json", False):
+        print(json.dumps(st, indent=2))
+    else:
+        print(f"mini-cluster: {'up' if st['up'] else 'down'} (SLURM_CONF={st['slurm_conf']})")
+        for n in st["nodes"]:
+            print(f"  {n['name']:8} {n['addr']:12} {n['state']:8} cpus={n['cpus']}")
+        if not st["up"]:
+            print("  start it with `sudo labkit cluster up`, or use backend='local'",
+                  file=sys.stderr)
+    return 0 if st["up"] or args.action == "status" else 1

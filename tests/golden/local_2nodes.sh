@@ -1,0 +1,35 @@
+#!/bin/bash
+# labkit local launch script for run tp2pp2
+# 2 node(s) x 2 process(es) = world size 4 | TP=2 x PP=2 x DP=1 | cpu
+# Rendered by labkit from config.json for the local backend: every "node" is one torchrun
+# agent on this machine, and they meet at 127.0.0.1 the way real nodes meet at the head node.
+# labkit runs this script in its own process group with stdout/stderr going to log.txt, so
+# cancelling kills exactly this group. By hand: MASTER_PORT=29500 bash job.sh > log.txt 2>&1
+set -uo pipefail   # no -e: the exit code must still reach $RUN_DIR/exit_code at the end
+export RUN_DIR=/shared/labkit/runs/demo
+export PROGRAM=/opt/labkit/code/pretrain_gpt.py
+export TORCHRUN=torchrun
+cd "$RUN_DIR"
+export LABKIT_LOG_CAPTURED=1   # stdout/stderr already go to log.txt
+export OMP_NUM_THREADS=1
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=${MASTER_PORT:-29500}   # labkit passes a free port
+NNODES=2
+
+pids=()
+for node_rank in $(seq 0 $((NNODES - 1))); do
+  "$TORCHRUN" --nnodes "$NNODES" --node_rank "$node_rank" --nproc_per_node 2 \
+      --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+      "$PROGRAM" --config "$RUN_DIR/config.json" &
+  pids+=("$!")
+done
+
+# Wait for every node; the first one to fail stops the others (as srun --kill-on-bad-exit).
+rc=0
+for _ in "${pids[@]}"; do
+  wait -n
+  s=$?
+  if [ "$s" -ne 0 ] && [ "$rc" -eq 0 ]; then rc=$s; kill "${pids[@]}" 2>/dev/null; fi
+done
+echo "$rc" > "$RUN_DIR/exit_code"
+exit "$rc"

@@ -1,0 +1,44 @@
+#!/bin/bash
+# labkit sbatch script for run tp2pp2
+# 2 node(s) x 2 process(es) = world size 4 | TP=2 x PP=2 x DP=1 | cpu
+# Rendered by labkit from config.json and the cluster profile 'local-minicluster'; submit it with
+# `sbatch job.sh` (or labkit's submit). To change the run, change the RunConfig, not this file.
+#
+# ---- Parameters: what Slurm allocates (one task per node; torchrun starts the processes) ----
+#SBATCH --job-name=tp2pp2
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+#SBATCH --time=00:20:00
+#SBATCH --partition=lab
+#SBATCH --output=/shared/labkit/runs/demo/log.txt
+#SBATCH --open-mode=append
+
+# ---- Setup: where things are and what the job needs ------------------------------------------
+set -uo pipefail   # no -e: the exit code must still reach $RUN_DIR/exit_code at the end
+export RUN_DIR=/shared/labkit/runs/demo
+export PROGRAM=/opt/labkit/code/pretrain_gpt.py
+export TORCHRUN=/opt/venv/bin/torchrun
+cd "$RUN_DIR"
+# (no modules or setup lines in the profile)
+export LABKIT_LOG_CAPTURED=1   # this script already sends stdout/stderr to log.txt
+export GLOO_SOCKET_IFNAME=eth0
+export OMP_NUM_THREADS=1
+
+# The head node (node rank 0) hosts torchrun's rendezvous. The port comes from the job id,
+# so two jobs that share a node never fight over one fixed port.
+HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# The nodes share one hostname here, so use the head node's own address.
+export MASTER_ADDR=$(scontrol show node "$HEAD_NODE" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+echo "[job] $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous at $MASTER_ADDR:$MASTER_PORT"
+
+# ---- Command: one torchrun agent per node, 2 processes each ---------------------------------
+# Single quotes: $SLURM_NODEID must expand on each node, not here on the head node.
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec "$TORCHRUN" \
+    --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 2 \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+    "$PROGRAM" --config "$RUN_DIR/config.json"'
+rc=$?
+echo "$rc" > "$RUN_DIR/exit_code"   # the final state never depends on Slurm accounting
+exit "$rc"

@@ -1,0 +1,47 @@
+#!/bin/bash
+# labkit sbatch script for run gpt2_tp2
+# 2 node(s) x 8 GPU(s) = world size 16 | TP=2 x PP=1 x DP=8 | cuda
+# Rendered by labkit from config.json and the cluster profile 'pyxis-container'; submit it with
+# `sbatch job.sh` (or labkit's submit). To change the run, change the RunConfig, not this file.
+#
+# ---- Parameters: what Slurm allocates (one task per node; torchrun starts the processes) ----
+#SBATCH --job-name=gpt2_tp2
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=64
+#SBATCH --gpus-per-node=8
+#SBATCH --time=01:00:00
+#SBATCH --partition=batch
+#SBATCH --account=workshop
+#SBATCH --exclusive
+#SBATCH --output=/shared/labkit/runs/demo/log.txt
+#SBATCH --open-mode=append
+
+# ---- Setup: where things are and what the job needs ------------------------------------------
+set -uo pipefail   # no -e: the exit code must still reach $RUN_DIR/exit_code at the end
+export RUN_DIR=/shared/labkit/runs/demo
+export PROGRAM=/shared/labkit/code/pretrain_gpt.py
+export TORCHRUN=torchrun
+cd "$RUN_DIR"
+export PYTHONPATH=/shared/labkit
+export LABKIT_LOG_CAPTURED=1   # this script already sends stdout/stderr to log.txt
+export GLOO_SOCKET_IFNAME=eth0
+export NCCL_DEBUG=INFO
+export NCCL_IB_DISABLE=1
+export NCCL_SOCKET_IFNAME=eth0
+
+# The head node (node rank 0) hosts torchrun's rendezvous. The port comes from the job id,
+# so two jobs that share a node never fight over one fixed port.
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+echo "[job] $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous at $MASTER_ADDR:$MASTER_PORT"
+
+# ---- Command: one torchrun agent per node, 8 processes each ---------------------------------
+# Single quotes: $SLURM_NODEID must expand on each node, not here on the head node.
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/shared/labkit:/shared/labkit bash -c 'exec "$TORCHRUN" \
+    --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 8 \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+    "$PROGRAM" --config "$RUN_DIR/config.json"'
+rc=$?
+echo "$rc" > "$RUN_DIR/exit_code"   # the final state never depends on Slurm accounting
+exit "$rc"

@@ -1,0 +1,143 @@
+"""Rendered job scripts: golden files, `bash -n` on each, and hostile paths that stay inert.
+
+On a golden mismatch the diff is printed; accept an intended change with
+``LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_render.py``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from labkit.cluster import ClusterProfile, load_profile
+from labkit.config import RunConfig
+from labkit.errors import ConfigError
+from labkit.render import render_hostfile, render_local, render_sbatch, sbatch_options
+
+GOLDEN = Path(__file__).parent / "golden"
+REGEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
+RUN_DIR = Path("/shared/labkit/runs/demo")
+
+CFG_CPU = RunConfig(name="tp2pp2", nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
+                    pipeline_model_parallel_size=2)
+CFG_GPU = RunConfig.for_profile("gpu", name="gpt2_tp2", tensor_model_parallel_size=2,
+                                nccl_debug=True)
+MINI = load_profile("local-minicluster").replace(torchrun="/opt/venv/bin/torchrun",
+                                                 code_dir="/opt/labkit/code",
+                                                 slurm_conf="/var/lib/labkit-slurm/slurm.conf")
+
+
+def _cases() -> dict[str, str]:
+    return {
+        "sbatch_minicluster_tp2pp2.sh": render_sbatch(CFG_CPU, MINI, RUN_DIR),
+        "sbatch_generic_gres_gpu.sh": render_sbatch(CFG_GPU, load_profile("generic-gres"),
+                                                    RUN_DIR),
+        "sbatch_pyxis_gpu.sh": render_sbatch(CFG_GPU, load_profile("pyxis-container"), RUN_DIR),
+        "sbatch_apptainer_gpu.sh": render_sbatch(CFG_GPU, ClusterProfile(
+            name="apptainer", gpu_request="gpus-per-node", modules=("apptainer",),
+            container={"runtime": "apptainer", "image": "/shared/images/pytorch.sif",
+                       "mounts": ["/shared"]}, code_dir="/shared/labkit/code"), RUN_DIR),
+        "local_2nodes.sh": render_local(CFG_CPU, RUN_DIR, program="/opt/labkit/code/pretrain_gpt.py",
+                                        torchrun="torchrun"),
+        "hostfile_2x8.txt": render_hostfile(["node1", "node2"], 8),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_golden(name):
+    got = _cases()[name]
+    path = GOLDEN / name
+    if REGEN or not path.exists():
+        path.write_text(got)
+        if not REGEN:
+            pytest.fail(f"wrote new golden file {path}; check it and commit it")
+    want = path.read_text()
+    if got != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            f"golden/{name}", "rendered"))
+        pytest.fail(f"rendered text differs from tests/golden/{name}:\n{diff}\nIf intended: "
+                    f"LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_render.py")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in _cases() if n.endswith(".sh")))
+def test_bash_syntax(name, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text(_cases()[name])
+    p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_render_is_deterministic():
+    assert _cases() == _cases()
+
+
+def test_sbatch_contract_lines():
+    s = render_sbatch(CFG_CPU, MINI, RUN_DIR)
+    for needle in ("--ntasks-per-node=1", '--nnodes "$SLURM_NNODES"',
+                   '--node_rank "$SLURM_NODEID"', "--nproc_per_node 2",
+                   'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1',
+                   "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+                   "#SBATCH --output=/shared/labkit/runs/demo/log.txt",
+                   "export LABKIT_LOG_CAPTURED=1", "export GLOO_SOCKET_IFNAME=eth0",
+                   'echo "$rc" > "$RUN_DIR/exit_code"'):
+        assert needle in s, needle
+    assert "NCCL_DEBUG" not in s
+    g = render_sbatch(CFG_GPU, load_profile("generic-gres"), RUN_DIR)
+    assert "export NCCL_DEBUG=INFO" in g and "#SBATCH --gres=gpu:8" in g
+    assert "module load cuda/12.4" in g and "NCCL_IB_HCA=mlx5" in g
+
+
+def test_percent_in_run_dir_is_literal():
+    opts = sbatch_options(CFG_CPU, MINI, Path("/runs/100%_j"))
+    assert "--output=/runs/100%%_j/log.txt" in opts
+
+
+def test_hostile_run_dir_is_inert(tmp_path):
+    """Run the rendered local script's setup with a hostile path: nothing is executed."""
+    hostile = tmp_path / "run 1" / "a'b \"c\" $(touch PWNED); `touch PWNED2`; x"
+    hostile.mkdir(parents=True)
+    fake_torchrun = tmp_path / "fake torchrun"
+    # Stands in for torchrun only to record the argv it received (no training is claimed).
+    fake_torchrun.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RUN_DIR/argv.$$"\n')
+    fake_torchrun.chmod(0o755)
+    script = render_local(CFG_CPU, hostile, program=str(hostile / "prog.py"),
+                          torchrun=str(fake_torchrun))
+    (hostile / "job.sh").write_text(script)
+    p = subprocess.run(["bash", str(hostile / "job.sh")], cwd=tmp_path, capture_output=True,
+                       text=True, env={**os.environ, "MASTER_PORT": "29999"}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert not list(tmp_path.rglob("PWNED*")), "a path was executed as a command"
+    assert (hostile / "exit_code").read_text().strip() == "0"
+    argvs = [f.read_text().splitlines() for f in hostile.glob("argv.*")]
+    assert len(argvs) == 2
+    for argv in argvs:
+        assert argv[-3:] == [str(hostile / "prog.py"), "--config", str(hostile / "config.json")]
+    sb = render_sbatch(CFG_CPU, MINI, hostile)
+    assert f"export RUN_DIR={shlex.quote(str(hostile))}" in sb
+
+
+def test_hostfile_rejects_nonsense():
+    with pytest.raises(ValueError, match="slots"):
+        render_hostfile([], 2)
+
+
+def test_profile_errors_name_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="Valid keys are"):
+        ClusterProfile.from_dict({"partiton": "gpu"})
+    with pytest.raises(ConfigError, match="time_limit"):
+        ClusterProfile(time_limit="soon")
+    with pytest.raises(ConfigError, match="runtime"):
+        ClusterProfile(container={"image": "x.sif"})
+    with pytest.raises(ConfigError, match="Profiles shipped"):
+        load_profile(tmp_path / "nope.yaml")
+    assert ClusterProfile().replace(time_limit="00:01:00").time_limit == "00:01:00"
+
+
+def test_shipped_profiles_load():
+    for p in (GOLDEN.parent.parent / "code" / "clusters").glob("*.yaml"):
+        assert load_profile(p).name == p.stem

@@ -105,9 +105,10 @@ def apply() -> list[str]:
 
     put(torch.cuda, "current_device", lambda: "cpu", "torch.cuda.current_device")
     put(torch.cuda, "synchronize", lambda *a, **k: None, "torch.cuda.synchronize")
-    put(torch.cuda, "manual_seed", lambda seed: torch.manual_seed(seed), "torch.cuda.manual_seed")
-    put(torch.cuda, "manual_seed_all", lambda seed: torch.manual_seed(seed),
-        "torch.cuda.manual_seed_all")
+    # The CPU generator directly: torch.manual_seed itself calls torch.cuda.manual_seed_all.
+    put(torch.cuda, "manual_seed", lambda seed: torch.default_generator.manual_seed(int(seed)),
+        "torch.cuda.manual_seed")
+    put(torch.cuda, "manual_seed_all", lambda seed: None, "torch.cuda.manual_seed_all")
     put(torch.cuda, "get_rng_state", _cpu_rng_get, "torch.cuda.get_rng_state")
     put(torch.cuda, "set_rng_state", _cpu_rng_set, "torch.cuda.set_rng_state")
     for name in _FACTORIES:

@@ -1,0 +1,204 @@
+"""Model side of code/pretrain_gpt.py: megatron-core GPTModel chunks, DDP, optimizer, LR schedule.
+
+Everything here is megatron-core's own classes; this file only maps a ``RunConfig`` onto them
+in one visible place, plus one labkit addition: ``layout_invariant_init``, which gives every
+weight the same values whatever the TP/PP layout (see its docstring for why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import torch
+from megatron.core import parallel_state as ps
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.transformer import TransformerConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
+    """The RunConfig -> megatron-core TransformerConfig mapping (one place, Megatron's names)."""
+    dtype = DTYPES[cfg.precision]
+    return TransformerConfig(
+        num_layers=cfg.num_layers,
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        num_query_groups=cfg.num_query_groups,
+        ffn_hidden_size=cfg.ffn_size,
+        gated_linear_unit=cfg.swiglu,
+        activation_func=torch.nn.functional.silu if cfg.swiglu else torch.nn.functional.gelu,
+        # No dropout: every layout then computes the same function, so TP=1/TP=2/PP=2 agree.
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=cfg.tp,
+        pipeline_model_parallel_size=cfg.pp,
+        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
+        sequence_parallel=cfg.sequence_parallel,
+        pipeline_dtype=dtype,
+        params_dtype=dtype,
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        recompute_granularity=cfg.recompute_granularity,
+        recompute_method="uniform" if cfg.recompute_granularity == "full" else None,
+        recompute_num_layers=1 if cfg.recompute_granularity == "full" else None,
+        use_cpu_initialization=True,
+        perform_initialization=False,  # layout_invariant_init below does it
+        # Fused kernels need CUDA (and Apex/TE); the plain PyTorch paths are the teaching ones.
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        cross_entropy_loss_fusion=False,
+        init_method_std=0.02,
+    )
+
+
+def build_model(cfg: Any, on_cuda: bool) -> tuple[list[torch.nn.Module], TransformerConfig]:
+    """GPTModel chunks for this rank (one per virtual stage), initialised, wrapped in DDP."""
+    tcfg = transformer_config(cfg, on_cuda)
+    spec = get_gpt_layer_local_spec()
+    chunks: list[torch.nn.Module] = []
+    vpp = cfg.vpp if cfg.vpp > 1 else None
+    for vp_stage in range(cfg.vpp):
+        stage = vp_stage if vpp else None
+        model = GPTModel(
+            config=tcfg,
+            transformer_layer_spec=spec,
+            vocab_size=cfg.padded_vocab_size,
+            max_sequence_length=cfg.max_position_embeddings,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+            share_embeddings_and_output_weights=not cfg.untie_embeddings_and_output_weights,
+            position_embedding_type="learned_absolute",
+            vp_stage=stage,
+        )
+        layout_invariant_init(model, cfg.seed, cfg.num_layers)
+        if on_cuda:
+            model.cuda(torch.cuda.current_device())
+        chunks.append(model)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=cfg.precision != "fp32",
+        overlap_grad_reduce=False,
+        use_distributed_optimizer=cfg.use_distributed_optimizer,
+    )
+    wrapped = [DistributedDataParallel(config=tcfg, ddp_config=ddp_config, module=m,
+                                       disable_bucketing=(i > 0))
+               for i, m in enumerate(chunks)]
+    for m in wrapped:
+        m.broadcast_params()  # DP replicas start from the same weights
+    return wrapped, tcfg
+
+
+def _seed_for(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+
+
+def _global_name(model: torch.nn.Module, local_name: str) -> str:
+    """``decoder.layers.<local>.`` -> ``decoder.layers.<global>.`` (layer_number is 1-based)."""
+    parts = local_name.split(".")
+    if parts[:2] == ["decoder", "layers"]:
+        layer = model.decoder.layers[int(parts[2])]
+        parts[2] = str(layer.layer_number - 1)
+    name = ".".join(parts)
+    # The tied output layer on the last stage is a copy of the input embedding.
+    if name == "output_layer.weight" and model.share_embeddings_and_output_weights:
+        name = "embedding.word_embeddings.weight"
+    return name
+
+
+@torch.no_grad()
+def layout_invariant_init(model: torch.nn.Module, seed: int, num_layers: int) -> None:
+    """Initialise every parameter from its global name, then keep this rank's TP slice.
+
+    megatron-core draws initial weights from one RNG stream per rank, so a layer on pipeline
+    stage 1 gets different numbers than the same layer in a PP=1 run. Drawing each full
+    (unsharded) tensor from a generator seeded by (seed, global parameter name) and slicing it
+    gives the same model for TP=1, TP=2, PP=2, ...: the layouts can then be compared loss for
+    loss. Megatron's scheme otherwise: normal(0, 0.02), output projections scaled by
+    1/sqrt(2 * num_layers), norms at 1, biases at 0.
+    """
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    std = 0.02
+    for local_name, p in model.named_parameters():
+        name = _global_name(model, local_name)
+        if getattr(p, "tensor_model_parallel", False):
+            dim, stride = p.partition_dim, getattr(p, "partition_stride", 1)
+            full_shape = list(p.shape)
+            full_shape[dim] *= tp
+        else:
+            dim, stride, full_shape = None, 1, list(p.shape)
+        if name.endswith("bias"):
+            full = torch.zeros(full_shape)
+        elif "layernorm" in name or "final_layernorm" in name or "norm" in name.split(".")[-2]:
+            full = torch.ones(full_shape)
+        else:
+            s = std / math.sqrt(2.0 * num_layers) if name.endswith(
+                ("linear_proj.weight", "linear_fc2.weight")) else std
+            g = torch.Generator().manual_seed(_seed_for(seed, name))
+            full = torch.empty(full_shape).normal_(0.0, s, generator=g)
+        if dim is not None:
+            # stride > 1 (gated MLP): the full tensor is tp*stride blocks, rank r owns every
+            # tp-th block; stride 1 is a plain contiguous split.
+            blocks = torch.chunk(full, tp * stride, dim=dim)
+            full = torch.cat(blocks[tp_rank::tp], dim=dim)
+        p.data.copy_(full.to(p.dtype))
+
+
+def build_optimizer(cfg: Any, model: list[torch.nn.Module]) -> tuple[Any, OptimizerParamScheduler]:
+    """megatron-core Adam (optionally the distributed optimizer) and warmup + cosine decay."""
+    ocfg = OptimizerConfig(
+        optimizer="adam",
+        lr=cfg.lr,
+        min_lr=cfg.min_lr,
+        weight_decay=cfg.weight_decay,
+        adam_beta1=0.9,
+        adam_beta2=0.95,
+        clip_grad=cfg.clip_grad,
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        params_dtype=DTYPES[cfg.precision],
+        initial_loss_scale=2**16 if cfg.precision == "fp16" else None,
+        use_distributed_optimizer=cfg.use_distributed_optimizer,
+    )
+    optimizer = get_megatron_optimizer(ocfg, model)
+    scheduler = OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0,
+        max_lr=cfg.lr,
+        min_lr=cfg.min_lr,
+        lr_warmup_steps=cfg.lr_warmup_iters,
+        lr_decay_steps=cfg.train_iters,
+        lr_decay_style="cosine",
+        start_wd=cfg.weight_decay,
+        end_wd=cfg.weight_decay,
+        wd_incr_steps=cfg.train_iters,
+        wd_incr_style="constant",
+        # The config is the source of truth on resume (train_iters may have grown); the
+        # checkpoint only supplies how many steps were taken.
+        use_checkpoint_opt_param_scheduler=False,
+        override_opt_param_scheduler=True,
+    )
+    return optimizer, scheduler
+
+
+def wire_schedule_hooks(tcfg: TransformerConfig, model: list[torch.nn.Module],
+                        optimizer: Any) -> None:
+    """What megatron-core's schedules expect on the config: grad sync and loss scaling hooks."""
+    tcfg.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
+    tcfg.finalize_model_grads_func = finalize_model_grads
+    tcfg.grad_scale_func = optimizer.scale_loss
+
+
+def count_parameters(model: list[torch.nn.Module]) -> int:
+    """Parameters held by this rank (its TP shard of its PP stage), as Megatron counts them."""
+    return sum(p.nelement() for m in model for p in m.parameters())

@@ -1,0 +1,376 @@
+"""Pretrain a GPT with megatron-core: tensor, pipeline (and virtual), data parallel; CPU or GPU.
+
+Runbook (run from the repository root; `make data` first builds data/):
+
+  One machine, 4 processes, TP=2 x PP=2 on CPU (gloo):
+    OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node 4 \\
+        code/pretrain_gpt.py --config runs/tp2pp2/config.json
+
+  The same with Megatron-LM flag names instead of a config file:
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 4 code/pretrain_gpt.py \\
+        --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 4 \\
+        --hidden-size 128 --num-attention-heads 4 --seq-length 128 \\
+        --max-position-embeddings 128 --micro-batch-size 2 --global-batch-size 8 \\
+        --train-iters 30 --lr 1e-3 --run-dir runs/flags_demo
+
+  Two nodes (what labkit's job script runs on each node; NCCL on GPUs, gloo on CPU):
+    torchrun --nnodes 2 --node_rank $SLURM_NODEID --nproc_per_node 2 \\
+        --master_addr $HEAD_NODE --master_port 29500 code/pretrain_gpt.py --config runs/x/config.json
+    sbatch runs/x/job.sh          # the same, rendered by `labkit submit`
+
+  Start over instead of resuming from runs/x/checkpoints/: add --no-resume (or LABKIT_NO_RESUME=1).
+
+Troubleshooting: on clusters without InfiniBand prepend NCCL_IB_DISABLE=1; when gloo resolves the
+hostname to 127.0.0.1 across nodes, export GLOO_SOCKET_IFNAME=<the node's interface>.
+
+Writes into the run directory (the config file's folder): log.txt (Megatron-LM-format lines,
+unless LABKIT_LOG_CAPTURED=1), tb/ (TensorBoard), checkpoints/, profile/ (with profile=True),
+exit_code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+import cpu_compat  # noqa: E402
+from labkit.config import MEGATRON_FLAGS, RunConfig  # noqa: E402
+
+STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
+
+
+# --- config ---------------------------------------------------------------------------------
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bool]:
+    """(config, run dir, checkpoint dir, resume) from --config or Megatron-LM flags."""
+    ap = argparse.ArgumentParser(description="megatron-core GPT pretraining (labkit)")
+    ap.add_argument("--config", type=Path, help="RUN_DIR/config.json (a labkit RunConfig)")
+    ap.add_argument("--run-dir", type=Path, help="run directory (flag mode; default runs/<name>)")
+    ap.add_argument("--save", type=Path, help="checkpoint folder (default RUN_DIR/checkpoints)")
+    ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--fp16", action="store_true")
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    for name, flag in MEGATRON_FLAGS.items():
+        if isinstance(defaults[name], bool):
+            ap.add_argument(flag, dest=name, action="store_true", default=None)
+        else:
+            ap.add_argument(flag, dest=name, type=_number, default=None)
+    a = ap.parse_args(argv)
+    flags = {n: getattr(a, n) for n in MEGATRON_FLAGS if getattr(a, n) is not None}
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if a.config:
+        if flags:
+            ap.error(f"give either --config or Megatron-LM flags, not both (got {sorted(flags)})")
+        cfg = RunConfig.from_json(a.config)
+        run_dir = a.config.resolve().parent
+    else:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        run_dir = (a.run_dir or (a.save.parent if a.save else REPO_ROOT / "runs" / "flags_run"))
+        precision = "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32"
+        cfg = RunConfig(name=run_dir.resolve().name, nodes=max(1, world // local),
+                        gpus_per_node=local, precision=precision,
+                        device="cuda" if torch.cuda.is_available() else "cpu", **flags)
+        run_dir = run_dir.resolve()
+    if cfg.world_size != world:
+        sys.exit(f"pretrain_gpt: the config asks for world size {cfg.world_size} (nodes "
+                 f"{cfg.nodes} x gpus_per_node {cfg.gpus_per_node}) but torchrun started {world} "
+                 f"process(es); launch with --nnodes {cfg.nodes} --nproc_per_node "
+                 f"{cfg.gpus_per_node}, or change the config")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("pretrain_gpt: device='cuda' but torch sees no GPU here; use device='cpu' "
+                 "(profile cpu) or run on a GPU node")
+    resume = not (a.no_resume or os.environ.get("LABKIT_NO_RESUME", "") in ("1", "true"))
+    ckpt = (a.save.resolve() if a.save else run_dir / "checkpoints")
+    return cfg, run_dir, ckpt, resume
+
+
+# --- training -------------------------------------------------------------------------------
+def forward_step(data_iterator, model):
+    """One micro batch through this rank's model chunk; the last stage also returns the loss."""
+    batch = next(data_iterator)
+    dev = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    tokens, labels = batch["tokens"].to(dev), batch["labels"].to(dev)
+    loss_mask, position_ids = batch["loss_mask"].to(dev), batch["position_ids"].to(dev)
+    output = model(tokens, position_ids, None, labels=labels)  # (b, s) per-token loss at the end
+
+    def loss_func(output_tensor):
+        mask = loss_mask.view(-1).float()
+        loss = torch.sum(output_tensor.view(-1).float() * mask) / mask.sum().clamp(min=1)
+        # clone: the schedule divides the returned loss in place by the number of microbatches
+        return loss, {"lm loss": loss.detach().clone()}
+
+    return output, loss_func
+
+
+def mean_loss(losses: list[dict]) -> float | None:
+    """Average 'lm loss' over micro batches and data-parallel replicas (last stage only)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.is_pipeline_last_stage(ignore_virtual=True):
+        return None
+    dev = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    t = torch.stack([d["lm loss"].float() for d in losses]).mean().reshape(1).to(dev)
+    torch.distributed.all_reduce(t, group=ps.get_data_parallel_group())
+    return float(t.item()) / ps.get_data_parallel_world_size()
+
+
+def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda: bool) -> None:
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    import engine_ckpt
+    import engine_data
+    import engine_log as L
+    import engine_model
+    from engine_memory import apply_memory_limit
+
+    rank = torch.distributed.get_rank()
+    log = L.RunLog(run_dir)
+    # --- distributed init ------------------------------------------------------------------
+    ps.initialize_model_parallel(cfg.tp, cfg.pp, cfg.vpp if cfg.vpp > 1 else None)
+    model_parallel_cuda_manual_seed(cfg.seed)
+    tp_rank, pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
+    dp_rank = ps.get_data_parallel_rank()
+    STATE.update(rank=rank, tp=tp_rank, pp=pp_rank)
+    if rank == 0:
+        log.emit(L.world_size_line(cfg.world_size, cfg.dp, cfg.tp, cfg.pp))
+        log.emit(f"[labkit] backend {'nccl' if on_cuda else 'gloo'}, device "
+                 f"{'cuda' if on_cuda else 'cpu'}, {cfg.num_microbatches} microbatch(es) of "
+                 f"{cfg.micro_batch_size} per iteration, padded vocab {cfg.padded_vocab_size}")
+        if not on_cuda:
+            log.emit(f"[labkit] cpu_compat redirected: {', '.join(cpu_compat.applied())}")
+    # --- model -----------------------------------------------------------------------------
+    STATE["phase"] = "model build"
+    model, tcfg = engine_model.build_model(cfg, on_cuda)
+    if dp_rank == 0:
+        log.emit(L.params_line(tp_rank, pp_rank, engine_model.count_parameters(model)))
+    optimizer, scheduler = engine_model.build_optimizer(cfg, model)
+    engine_model.wire_schedule_hooks(tcfg, model, optimizer)
+    # --- data ------------------------------------------------------------------------------
+    STATE["phase"] = "data build"
+    prefix, tok_dir = engine_data.resolve_data(cfg, REPO_ROOT / "data")
+    tokenizer = engine_data.GPT2BPEFiles(tok_dir)
+    train_ds, valid_ds = engine_data.build_datasets(cfg, prefix, tokenizer, run_dir / "data_cache")
+    # --- resume ----------------------------------------------------------------------------
+    iteration, consumed = 0, 0
+    layout = (cfg.pp, cfg.tp, cfg.dp)
+    if resume and engine_ckpt.latest_iteration(ckpt_root) is not None:
+        STATE["phase"] = "checkpoint load"
+        iteration, consumed, d = engine_ckpt.load(ckpt_root, model, optimizer, scheduler, layout)
+        if rank == 0:
+            log.emit(f"[labkit] resumed from {d} at iteration {iteration} "
+                     f"(consumed samples {consumed})")
+    STATE["iteration"] = iteration
+    limit = apply_memory_limit(cfg.memory_limit_gb, on_cuda)
+    if limit and rank == 0:
+        log.emit(f"[labkit] {limit}")
+    # --- loop ------------------------------------------------------------------------------
+    logs_iterations = ps.is_pipeline_last_stage(ignore_virtual=True) and tp_rank == 0 and dp_rank == 0
+    board = L.Board(run_dir / "tb" if logs_iterations else None)
+    meter = L.MemoryMeter(on_cuda)
+    flops = L.model_flops_per_iteration(cfg)
+    fwd_bwd = get_forward_backward_func()
+    n_chunks = len(model)
+    train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size)
+                  for _ in range(n_chunks)]
+    prof = _profiler(cfg, rank, run_dir, on_cuda)
+    acc = {"loss": 0.0, "n": 0, "time": 0.0, "skipped": 0, "nan": 0}
+    memory_reported = False
+    with prof or nullcontext():
+        while iteration < cfg.train_iters:
+            t0 = time.perf_counter()
+            STATE.update(phase="forward-backward", iteration=iteration + 1)
+            for m in model:
+                m.zero_grad_buffer()
+            optimizer.zero_grad()
+            losses = fwd_bwd(forward_step_func=forward_step,
+                             data_iterator=train_iter if n_chunks > 1 else train_iter[0],
+                             model=model if n_chunks > 1 else model[0],
+                             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq_length,
+                             micro_batch_size=cfg.micro_batch_size, forward_only=False)
+            STATE["phase"] = "optimizer step"
+            ok, grad_norm, _ = optimizer.step()
+            if ok:
+                scheduler.step(increment=1)
+            iteration += 1
+            consumed += cfg.global_batch_size
+            loss = mean_loss(losses)
+            if on_cuda:
+                torch.cuda.synchronize()
+            acc["time"] += time.perf_counter() - t0
+            if loss is not None:
+                bad = loss != loss or loss in (float("inf"), float("-inf"))
+                acc["nan"] += int(bad)
+                acc["loss"] += 0.0 if bad else loss
+                acc["n"] += 0 if bad else 1
+            acc["skipped"] += int(not ok)
+            if prof is not None:
+                prof.step()
+            if iteration % cfg.log_interval == 0 or iteration == cfg.train_iters:
+                steps = cfg.log_interval if iteration % cfg.log_interval == 0 else \
+                    iteration % cfg.log_interval
+                elapsed = acc["time"] / max(1, steps)
+                if logs_iterations:
+                    avg = acc["loss"] / acc["n"] if acc["n"] else float("nan")
+                    tflops = flops / (elapsed * cfg.world_size) / 1e12
+                    lr = optimizer.param_groups[0]["lr"]
+                    scale = float(optimizer.get_loss_scale().item())
+                    gn = float(grad_norm) if grad_norm is not None else None
+                    log.emit(L.iteration_line(
+                        iteration=iteration, train_iters=cfg.train_iters, consumed=consumed,
+                        elapsed_ms=elapsed * 1000, tflops=tflops, lr=lr,
+                        gbs=cfg.global_batch_size, loss=avg, loss_scale=scale, grad_norm=gn,
+                        skipped=acc["skipped"], nan=acc["nan"]))
+                    mem = meter.read()
+                    board.scalars(iteration, {
+                        "lm-loss": avg, "learning-rate": lr, "iteration-time": elapsed,
+                        "throughput": tflops, "mem-max-allocated": mem["max allocated"],
+                        "mem-allocated": mem["allocated"], "batch-size": cfg.global_batch_size,
+                        "grad-norm": gn, "loss-scale": scale,
+                        "tokens-per-sec": cfg.tokens_per_iteration / elapsed})
+                if not memory_reported and dp_rank == 0:
+                    if rank == 0 and not on_cuda:
+                        log.emit(L.MemoryMeter.cpu_note())
+                    log.emit(meter.line(rank, iteration))
+                memory_reported = True
+                acc.update(loss=0.0, n=0, time=0.0, skipped=0, nan=0)
+            if cfg.eval_interval and (iteration % cfg.eval_interval == 0
+                                      or iteration == cfg.train_iters):
+                STATE["phase"] = "evaluation"
+                val = evaluate(cfg, model, valid_ds, fwd_bwd)
+                if logs_iterations and val is not None:
+                    for line in L.validation_lines(iteration, val):
+                        log.emit(line)
+                    board.scalars(iteration, {"lm-loss-validation": val})
+            if (cfg.save_interval and iteration % cfg.save_interval == 0
+                    and iteration < cfg.train_iters):
+                STATE["phase"] = "checkpoint save"
+                engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler,
+                                 layout)
+    STATE["phase"] = "checkpoint save"
+    if engine_ckpt.latest_iteration(ckpt_root) != iteration:
+        d = engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler, layout)
+        if rank == 0:
+            log.emit(f"[labkit] saved checkpoint {d}")
+    board.close()
+    STATE["phase"] = "done"
+
+
+def evaluate(cfg: RunConfig, model: list, valid_ds, fwd_bwd) -> float | None:
+    """Mean validation loss over eval_iters global batches (the same batches every time)."""
+    import engine_data
+
+    for m in model:
+        m.eval()
+    its = [engine_data.batches(valid_ds, 0, cfg.micro_batch_size) for _ in model]
+    total: list[float] = []
+    with torch.no_grad():
+        for _ in range(cfg.eval_iters):
+            losses = fwd_bwd(forward_step_func=forward_step,
+                             data_iterator=its if len(model) > 1 else its[0],
+                             model=model if len(model) > 1 else model[0],
+                             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq_length,
+                             micro_batch_size=cfg.micro_batch_size, forward_only=True)
+            loss = mean_loss(losses)
+            if loss is not None:
+                total.append(loss)
+    for m in model:
+        m.train()
+    return sum(total) / len(total) if total else None
+
+
+def _profiler(cfg: RunConfig, rank: int, run_dir: Path, on_cuda: bool):
+    """torch.profiler on the chosen ranks: skip 1, warm up 1, record 3 iterations."""
+    if not cfg.profile or rank not in cfg.profile_ranks:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    out = run_dir / "profile"
+    out.mkdir(parents=True, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    active = max(1, min(3, cfg.train_iters - 2))
+    return profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=active, repeat=1),
+                   on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"rank{rank}.json")))
+
+
+# --- entry point ----------------------------------------------------------------------------
+def _write_exit_code(run_dir: Path, code: int) -> None:
+    try:
+        (run_dir / "exit_code").write_text(f"{code}\n")
+    except OSError:
+        pass
+
+
+def _on_sigterm(signum, frame):  # torchrun stops the other ranks with SIGTERM
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, run_dir, ckpt_root, resume = parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        (run_dir / "exit_code").unlink(missing_ok=True)
+        if not (run_dir / "config.json").exists():
+            cfg.to_json(run_dir / "config.json")
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    on_cuda = cfg.device == "cuda"
+    from engine_log import RunLog
+    from engine_memory import is_oom, oom_line
+
+    log = RunLog(run_dir)
+    code = 0
+    try:
+        if not on_cuda:
+            cpu_compat.apply()
+        else:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
+        train(cfg, run_dir, ckpt_root, resume, on_cuda)
+    except BaseException as exc:  # noqa: BLE001 - report, write exit_code, re-exit non-zero
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        code = code or 1
+        if is_oom(exc):
+            log.emit(oom_line(rank=rank, tp_rank=STATE["tp"], pp_rank=STATE["pp"],
+                              phase=STATE["phase"], iteration=STATE["iteration"], exc=exc,
+                              limit_gb=cfg.memory_limit_gb), err=True)
+            log.emit(f"{type(exc).__module__}.{type(exc).__name__}: {exc}".strip(), err=True)
+        elif not isinstance(exc, SystemExit):
+            log.emit(f"[labkit] rank {rank} failed during {STATE['phase']} at iteration "
+                     f"{STATE['iteration']}:\n{traceback.format_exc().rstrip()}", err=True)
+        _write_exit_code(run_dir, code)
+    finally:
+        if rank == 0 and code == 0:
+            _write_exit_code(run_dir, 0)
+        if torch.distributed.is_initialized() and code == 0:
+            torch.distributed.destroy_process_group()
+    return code
+
+
+if __name__ == "__main__":
+    # The guard matters: dist-checkpointing's writer starts a spawn-context process that
+    # re-imports this file; without it that child would start training again.
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Training logs -> DataFrames and a diagnosis (Megatron-LM, Megatron-DeepSpeed, gpt-neox,
+DeepSpeed, NCCL, torchrun, Slurm).
+
+    parse_log(path_or_lines) -> ParsedLog     .iterations .memory .validation .params .nccl
+                                               .failures (DataFrames), .layout, .to_dict()
+    parse_run(run_dir) -> ParsedLog           the same, RunConfig fields joined as columns
+    load_runs(run_dirs) -> DataFrame          iterations of many runs (groupby(["tp", "pp"]))
+    diagnose(log, exit_code=, job_state=)     list[Failure], most likely root cause first
+    detect_hang(log, timeout_s=, now=)        Failure("hang") or None, while a job runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from labkit.logs.diagnosis import detect_hang, diagnose, last_progress
+from labkit.logs.failures import KINDS, Failure
+from labkit.logs.lines import Line, clean_line, iter_lines
+from labkit.logs.parse import ParsedLog, parse_log
+from labkit.logs.runs import load_runs, parse_run
+
+__all__ = ["KINDS", "Failure", "Line", "ParsedLog", "clean_line", "cli_parse", "detect_hang", "diagnose",
+           "iter_lines", "last_progress", "load_runs", "parse_log", "parse_run", "summary"]
+
+
+def summary(p: ParsedLog) -> str:
+    """A few human lines about a parsed log (what ``labkit parse`` prints without ``--json``)."""
+    lay = ", ".join(f"{k}={v}" for k, v in p.layout.items() if v is not None) or "unknown"
+    out = [f"layout: {lay}"]
+    its = p.iterations
+    if not its.empty:
+        last = its.iloc[-1]
+        out.append(f"iterations: {len(its)} (last {last['iteration']}/{last['train_iters']}), "
+                   f"median {its['elapsed_ms'].median():.1f} ms/iteration, last lm loss {last['lm_loss']}")
+    if not p.memory.empty:
+        out.append(f"memory reports: {len(p.memory)} (peak max allocated "
+                   f"{p.memory['max_allocated_mb'].max():.1f} MB)")
+    if p.nccl_version or not p.nccl.empty:
+        out.append(f"NCCL {p.nccl_version}: {p.to_dict()['nccl']['transports']}")
+    for f in p.failure_records:
+        where = f"rank {f.rank}, " if f.rank is not None else ""
+        out.append(f"FAILURE {f.kind} ({where}line {f.line}): {f.message}\n  hint: {f.hint}")
+    if not p.failure_records:
+        out.append("failures: none found")
+    return "\n".join(out)
+
+
+def cli_parse(args: argparse.Namespace) -> int:
+    """``labkit parse LOG... [--json]``: several LOGs are read as parts of one run."""
+    from pathlib import Path
+
+    from labkit.errors import LabkitError
+
+    missing = [p for p in args.logs if not Path(p).is_file()]
+    if missing:
+        raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training log "
+                          f"(e.g. runs/<name>/log.txt).")
+    parsed = parse_log(args.logs if len(args.logs) > 1 else args.logs[0])
+    if args.json:
+        json.dump(parsed.to_dict(), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(summary(parsed))
+    return 0

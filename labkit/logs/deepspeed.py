@@ -1,0 +1,71 @@
+"""DeepSpeed engine and launcher lines.
+
+Engine (``[INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[...]``)
+and its throughput timer (``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=12.3,
+CurrSamplesPerSec=12.5, MemAllocated=1.23GB, MaxMemAllocated=4.56GB``); the launcher prints the
+hostfile's world (``WORLD INFO DICT: {'worker-0': [0, 1, 2, 3], ...}``) and
+``dist_world_size=8``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+_STEP = re.compile(r"(?:\[Rank (\d{1,6})\] )?step=(\d{1,12}), skipped=(\d{1,12}), lr=\[([^\]]{0,400})\]")
+_TIMER = re.compile(r"global_step=(\d{1,12}), RunningAvgSamplesPerSec=([0-9.eE+-]{1,30}), "
+                    r"CurrSamplesPerSec=([0-9.eE+-]{1,30})")
+_OLD_TIMER = re.compile(r"\] \d{1,9}/(\d{1,12}), SamplesPerSec=([0-9.eE+-]{1,30})")
+_MEM = re.compile(r"MemAllocated=([0-9.]{1,20})GB, MaxMemAllocated=([0-9.]{1,20})GB")
+_WORLD_INFO = re.compile(r"WORLD INFO DICT: (\{.{0,20000}\})")
+_DIST_WS = re.compile(r"dist_world_size=(\d{1,9})")
+_NNODES = re.compile(r"nnodes=(\d{1,6}), num_local_procs=(\d{1,6}), node_rank=(\d{1,6})")
+
+
+def parse_step(text: str) -> dict[str, Any] | None:
+    """``step=10, skipped=0, lr=[...]`` -> iteration record (iteration, skipped, lr)."""
+    if "step=" not in text and "SamplesPerSec=" not in text:
+        return None
+    m = _STEP.search(text)
+    if m:
+        lrs = [float(x) for x in re.findall(r"[0-9.]+(?:[eE][+-]?\d+)?", m.group(4))[:1]]
+        rec: dict[str, Any] = {"iteration": int(m.group(2)), "skipped": int(m.group(3)),
+                               "lr": lrs[0] if lrs else None}
+        if m.group(1) is not None:
+            rec["rank"] = int(m.group(1))
+        return rec
+    m = _TIMER.search(text)
+    if m:
+        rec = {"iteration": int(m.group(1)), "samples_per_sec": float(m.group(3))}
+        mm = _MEM.search(text, m.end())
+        if mm:  # DeepSpeed's GB are GiB (bytes / 1024**3); our MB are MiB, as Megatron's
+            rec["allocated_mb"] = float(mm.group(1)) * 1024
+            rec["max_allocated_mb"] = float(mm.group(2)) * 1024
+        return rec
+    m = _OLD_TIMER.search(text)
+    if m:  # DeepSpeed <= 0.4: "0/10, SamplesPerSec=12.3" (epoch / global step)
+        return {"iteration": int(m.group(1)), "samples_per_sec": float(m.group(2))}
+    return None
+
+
+def parse_launcher(text: str) -> dict[str, Any] | None:
+    """Launcher world: ``{"world_size": n, "nodes": k}`` from whichever line says it."""
+    if "WORLD INFO DICT" in text:
+        m = _WORLD_INFO.search(text)
+        if m:
+            try:
+                info = ast.literal_eval(m.group(1))
+                slots = [s for v in info.values() for s in v]
+                return {"world_size": len(slots), "nodes": len(info)}
+            except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError, RecursionError):
+                return None
+    if "dist_world_size=" in text:
+        m = _DIST_WS.search(text)
+        if m:
+            return {"world_size": int(m.group(1))}
+    if "nnodes=" in text:
+        m = _NNODES.search(text)
+        if m:
+            return {"nodes": int(m.group(1)), "procs_per_node": int(m.group(2))}
+    return None

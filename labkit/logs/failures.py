@@ -1,0 +1,315 @@
+"""What killed a run: failure records with kind, rank, line number and a hint that names the fix.
+
+Kinds (DESIGN.md section 5): gpu_oom, host_oom, nccl_timeout, cuda_error, time_limit,
+preempted, node_failure, child_failed, python_exception, cancelled, hang. The CPU allocator's
+out-of-memory (our CPU/gloo runs under ``memory_limit_gb``) is reported as ``host_oom`` with a
+message that says so.
+
+One event is often printed many times (by every rank, by torchrun's summary, by a C++
+``what():`` that repeats the message); records with the same key are merged, so a watchdog
+timeout and its follow-up lines count once. ``diagnose`` orders them most-likely-root-cause first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from labkit.logs.lines import Line
+
+KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
+         "node_failure", "child_failed", "python_exception", "cancelled", "hang")
+
+HINTS = {
+    "gpu_oom": "GPU memory ran out: lower micro_batch_size, set recompute_granularity='selective' "
+               "(or 'full'), use_distributed_optimizer=True, or raise tensor/pipeline parallel size; "
+               "check the estimate first with `labkit plan CONFIG.json`.",
+    "host_oom": "host (CPU) memory ran out: lower micro_batch_size or raise memory_limit_gb (CPU runs), "
+                "request more memory from Slurm (--mem), or use fewer processes per node.",
+    "cpu_alloc": "the CPU allocator hit the per-process cap: lower micro_batch_size or raise "
+                 "memory_limit_gb.",
+    "nccl_timeout": "a collective waited past its timeout: another rank crashed, hung or is far slower "
+                    "- look at the earliest failure of the other ranks; then check the network "
+                    "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) or raise the process "
+                    "group timeout.",
+    "cuda_error": "a CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it repeats "
+                  "on one node, exclude it (sbatch --exclude=NODE) and tell the admins.",
+    "ecc": "uncorrectable ECC error: a hardware fault. Exclude the node (sbatch --exclude=NODE), "
+           "report it to the cluster admins, and resume from the last checkpoint.",
+    "time_limit": "the job reached its Slurm time limit: raise --time, lower train_iters, or set "
+                  "save_interval and resubmit with resume=True to continue from the checkpoint.",
+    "preempted": "a higher-priority job preempted this one: resubmit with resume=True (set "
+                 "save_interval so little is lost) or use a non-preemptible partition/QOS.",
+    "node_failure": "a node failed under the job: resubmit excluding it (sbatch --exclude=NODE) with "
+                    "resume=True, and tell the admins.",
+    "child_failed": "torchrun stopped because a worker failed: the root cause is that worker's own error "
+                    "(listed before this one); rank and exit code are in the message.",
+    "python_exception": "a Python exception ended the worker: read the message and the traceback at the "
+                        "given line.",
+    "comm_exception": "a communication error, usually a consequence: another rank died first - look at "
+                      "its failure.",
+    "cancelled": "the job was cancelled (scancel or a user/admin action); resubmit if unintended.",
+    "hang": "no new iteration for longer than the hang timeout: a rank is stuck (deadlock, mismatched "
+            "collectives, dead peer). Cancel the job, rerun with NCCL_DEBUG=INFO and "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL, and compare the last line of every rank.",
+    "sigkill": "a worker was killed with SIGKILL (exit -9 / 137) and nothing else explains it: most "
+               "often the kernel's OOM killer - lower micro_batch_size or request more memory.",
+}
+
+
+@dataclass
+class Failure:
+    """One diagnosed failure; ``line`` is 1-based in the log (None when it came from job state)."""
+
+    kind: str
+    rank: int | None
+    line: int | None
+    message: str
+    hint: str
+    count: int = 1
+    evidence: str = "log"  # "log" | "signal" (inferred from exit -9) | "state" (from Slurm)
+    key: str = field(default="", repr=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: d[k] for k in ("kind", "rank", "line", "message", "hint")}
+
+
+# --- single-line rules ------------------------------------------------------------------------
+_GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
+                      r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'")
+_TRIED = re.compile(r"[Tt]ried to allocate ([0-9.]{1,12} ?[KMGT]?i?B|\d{1,20} bytes)")
+_LABKIT_OOM = re.compile(r"\[labkit\] out of memory on rank (\d{1,6})")
+_CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp|std::bad_alloc"
+                      r"|^MemoryError\b|Cannot allocate memory")
+_SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
+                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
+                        r"|Out of memory: Kill(?:ed)? process")
+_WATCHDOG = "Watchdog caught collective operation timeout"
+_SEQ = re.compile(r"SeqNum=(\d{1,12})")
+_OPTYPE = re.compile(r"OpType=(\w{1,40})")
+_RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
+_RANK_IN = re.compile(r"\[(?:PG ID \d{1,6} PG GUID [^\]]{0,80}? )?Rank (\d{1,6})\]")
+_GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
+_CUDA_ERR = re.compile(r"CUDA error: ([^\n]{1,200})|unhandled cuda error|Xid \(PCI:[^)]{1,40}\): (\d{1,4})"
+                       r"|CUDA driver error|uncorrectable ECC error")
+_SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
+                    r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
+                    r"(?: on (\S{1,100}))? \*\*\*")
+_NODE_FAIL = re.compile(r"srun: error: Node failure on (\S{1,100})|Task launch for \S{1,60} failed on "
+                        r"node (\S{1,100})|NODE_FAIL")
+_TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
+_SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
+_ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
+_COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|DistBackendError"
+                               r"|communicator was aborted|recvBytes|Socket Timeout|ProcessGroup"
+                               r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
+
+_SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
+                 "NODE_FAIL": "node_failure"}
+
+
+def _short(text: str, n: int = 300) -> str:
+    text = text.strip()
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def match_line(text: str, rank: int | None) -> Failure | None:
+    """One line -> a Failure (line number filled in by the caller), or None."""
+    if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
+            or "Out Of Memory" in text or "oom" in text:
+        m = _LABKIT_OOM.search(text)
+        if m:
+            r = int(m.group(1))
+            cap = "memory_limit_gb" in text or "CUDA" not in text
+            kind = "host_oom" if cap else "gpu_oom"
+            msg = "CPU allocator cap exceeded: " + _short(text) if cap else _short(text)
+            t = _TRIED.search(text)  # same key as torch's own error line that follows: one event
+            return Failure(kind, r, None, msg, HINTS["cpu_alloc" if cap else "gpu_oom"],
+                           key=f"oom:{t.group(1) if t else ''}")
+        if _GPU_OOM.search(text):
+            t = _TRIED.search(text)
+            return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"],
+                           key=f"oom:{t.group(1) if t else ''}")
+        if _CPU_OOM.search(text):
+            t = _TRIED.search(text)
+            return Failure("host_oom", rank, None, "CPU allocator out of memory: " + _short(text),
+                           HINTS["cpu_alloc"], key=f"oom:{t.group(1) if t else ''}")
+        if _SLURM_OOM.search(text):
+            return Failure("host_oom", rank, None, "Slurm/kernel OOM killer: " + _short(text),
+                           HINTS["host_oom"], key="slurm-oom")
+    if _WATCHDOG in text:
+        seq, op, ran = _SEQ.search(text), _OPTYPE.search(text), _RAN_FOR.search(text)
+        rm = _RANK_IN.search(text)
+        r = int(rm.group(1)) if rm else rank
+        desc = f"collective timeout on rank {r}: {op.group(1) if op else '?'}"
+        if seq:
+            desc += f" (SeqNum={seq.group(1)})"
+        if ran:
+            desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
+        return Failure("nccl_timeout", r, None, desc, HINTS["nccl_timeout"],
+                       key=f"wd:{r}:{seq.group(1) if seq else (op.group(1) if op else '')}")
+    if "imed out waiting" in text:
+        m = _GLOO_TIMEOUT.search(text)
+        if m:
+            return Failure("nccl_timeout", rank, None,
+                           f"gloo collective timed out after {int(m.group(1)) / 1000:g} s waiting for "
+                           f"{m.group(2)}: {_short(text)}", HINTS["nccl_timeout"], key=f"gloo:{rank}")
+    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text:
+        m = _CUDA_ERR.search(text)
+        if m:
+            ecc = "ECC" in text
+            return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
+                           key=f"cuda:{'ecc' if ecc else (m.group(1) or '')[:40]}")
+    if "***" in text and "CANCELLED" in text:
+        m = _SLURM.search(text)
+        if m:
+            reason = (m.group(4) or "").strip()
+            kind = _SLURM_REASON.get(reason, "cancelled")
+            node = m.group(2) or m.group(5)
+            msg = f"Slurm job {m.group(1)} cancelled at {m.group(3)}" + (f" on {node}" if node else "") \
+                + (f" due to {reason}" if reason else "")
+            return Failure(kind, rank, None, msg, HINTS[kind], key="slurm")
+    if "Node failure" in text or "failed on node" in text or "NODE_FAIL" in text:
+        if _NODE_FAIL.search(text):
+            return Failure("node_failure", rank, None, _short(text), HINTS["node_failure"], key="slurm")
+    if "exitcode" in text and "local_rank" in text:
+        m = _TORCHRUN_FAIL.search(text)
+        if m and m.group(1) == "-9":
+            r = int(m.group(2))  # a local rank: the global one comes from the root-cause table
+            return Failure("host_oom", None, None, f"worker local_rank {r} killed by SIGKILL (exit -9): "
+                           + _short(text), HINTS["sigkill"], evidence="signal", key="sigkill")
+    return None
+
+
+def is_comm_consequence(message: str) -> bool:
+    return _COMM_CONSEQUENCE.search(message) is not None
+
+
+class FailureScanner:
+    """Feed cleaned lines in order; ``failures`` holds the merged records.
+
+    Stateful for what spans lines: Python tracebacks (per rank), torchrun's ChildFailedError
+    root-cause table, and messages hard-wrapped over two lines.
+    """
+
+    def __init__(self) -> None:
+        self.failures: list[Failure] = []
+        self._by_key: dict[tuple[str, str], Failure] = {}
+        self._tb: dict[tuple, int] = {}     # source -> line where its traceback began
+        self._child: Failure | None = None  # the open ChildFailedError record
+        self._child_left = 0
+        self._prev: Line | None = None
+
+    @property
+    def busy(self) -> bool:
+        """True while a multi-line record is open (the caller must then feed every line)."""
+        return bool(self._tb) or self._child_left > 0
+
+    def add(self, f: Failure) -> Failure:
+        k = (f.kind, f.key)
+        old = self._by_key.get(k)
+        if old is not None and (old.rank == f.rank or f.rank is None or old.rank is None):
+            old.count += 1
+            if old.rank is None:
+                old.rank = f.rank
+            return old
+        self._by_key[k] = f
+        self.failures.append(f)
+        return f
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        f = match_line(text, line.rank)
+        prev = self._prev
+        if f is None and prev is not None and prev.lineno == line.lineno - 1 and len(prev.text) >= 60 \
+                and not prev.text.rstrip().endswith("|"):
+            # a message hard-wrapped over two lines: try the join (with and without the space)
+            for joined in (prev.text + text, prev.text + " " + text):
+                if match_line(prev.text, prev.rank) is None:
+                    f = match_line(joined, line.rank if line.rank is not None else prev.rank)
+                    if f is not None:
+                        f.line = prev.lineno
+                        break
+        if f is not None:
+            if f.line is None:
+                f.line = line.lineno
+            f = self.add(f)
+        self._prev = line
+        self._child_table(line, text)
+        self._traceback(line, text, f)
+
+    def _child_table(self, line: Line, text: str) -> None:
+        if "ChildFailedError" in text and "raise " not in text and "import" not in text:
+            self._child = self.add(Failure("child_failed", line.rank, line.lineno,
+                                           "torchrun: a worker failed (ChildFailedError)",
+                                           HINTS["child_failed"], key="child"))
+            self._child_left = 40
+            return
+        if self._child_left <= 0 or self._child is None:
+            return
+        self._child_left -= 1
+        m = _ROOT_FIELD.match(text)
+        if not m:
+            return
+        name, value = m.group(1), m.group(2).strip()
+        c = self._child
+        if name == "rank":  # the table's global rank beats whatever prefix the agent line had
+            rm = re.match(r"(\d{1,6})", value)
+            c.rank = int(rm.group(1)) if rm else c.rank
+            c.message += f"; root cause rank {value}"
+        elif name == "exitcode" and "exit" not in c.message:
+            c.message += f", exitcode {value}"
+            if value.startswith("-9") or value.startswith("137"):
+                self.add(Failure("host_oom", c.rank, line.lineno, f"rank {c.rank} killed by SIGKILL "
+                                 f"(exitcode {value})", HINTS["sigkill"], evidence="signal", key="sigkill"))
+        elif name == "host":
+            c.message += f", host {value}"
+        elif name == "traceback" and "Signal" in value:
+            c.message += f" ({value})"
+
+    def _traceback(self, line: Line, text: str, matched: Failure | None) -> None:
+        src = (line.rank, line.host)
+        if "Traceback (most recent call last)" in text:
+            self._tb[src] = line.lineno
+            return
+        start = self._tb.get(src)
+        if start is None or not text or text[0].isspace() or text.startswith(("During handling",
+                                                                              "The above exception")):
+            return
+        m = _EXC_LINE.match(text)
+        del self._tb[src]
+        if m is None or matched is not None or "ChildFailedError" in text:
+            return  # a specific rule already explains this traceback
+        msg = _short(text)
+        comm = is_comm_consequence(msg)
+        self.add(Failure("python_exception", line.rank, line.lineno, msg,
+                         HINTS["comm_exception" if comm else "python_exception"],
+                         evidence="comm" if comm else "log", key=f"exc:{msg[:120]}"))
+
+
+# --- ordering ---------------------------------------------------------------------------------
+def _priority(f: Failure) -> int:
+    if f.kind in ("gpu_oom", "cuda_error", "node_failure") or (
+            f.kind == "host_oom" and f.evidence != "signal"):
+        return 0
+    if f.kind == "python_exception" and f.evidence != "comm":
+        return 1
+    if f.kind in ("nccl_timeout", "hang"):
+        return 2
+    if f.kind in ("time_limit", "preempted", "cancelled"):
+        return 3
+    if f.kind == "host_oom":  # inferred from SIGKILL only
+        return 4
+    if f.kind == "python_exception":
+        return 5
+    return 6  # child_failed
+
+
+def rank_failures(failures: list[Failure]) -> list[Failure]:
+    """Most likely root cause first; a SIGKILL guess is dropped when a Slurm event explains it."""
+    explained = any(f.kind in ("time_limit", "preempted", "cancelled", "node_failure")
+                    or (f.kind == "host_oom" and f.evidence != "signal") for f in failures)
+    kept = [f for f in failures if not (explained and f.evidence == "signal")]
+    return sorted(kept, key=lambda f: (_priority(f), f.line if f.line is not None else 1 << 62))

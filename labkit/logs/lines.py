@@ -1,0 +1,112 @@
+"""Raw log lines -> clean text: launcher prefixes, ANSI escapes, carriage returns, bad bytes.
+
+Clusters print the same training line in many wrappings. This module peels them off so the
+record parsers (megatron.py, deepspeed.py, nccl.py, failures.py) only see what the training
+process printed, plus the rank the wrapper told us about:
+
+    torchrun --tee        ``[default3]:text``          (torchrun's worker index)
+    torch >= 2.2 logging  ``[rank3]:text``
+    srun --label          `` 3: text``
+    pdsh                  ``node12: text``
+    Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank)
+
+Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. Reading is
+streaming: a file is iterated line by line in binary and never held whole.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# ANSI CSI sequences (colours, cursor moves) and the two-character escapes. Linear: no nesting.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# One prefix at the start of a line; each alternative is bounded, so no backtracking blow-up.
+_PREFIX = re.compile(
+    r"(?:\[rank(?P<r2>\d{1,6})\]: ?"                            # [rank3]:
+    r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
+    r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>:"           # Open MPI [1,4]<stdout>:
+    r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
+    r"|(?P<host>[a-z][a-z0-9-]{0,40}\d[a-z0-9.-]{0,40}): )"    # pdsh: lowercase host with a digit
+)
+# The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
+_NOT_ROLES = frozenset({"Rank", "E", "W", "I"})
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One cleaned line: its 1-based number in the file, the rank a prefix named, the text."""
+
+    lineno: int
+    rank: int | None
+    text: str
+    host: str | None = None
+
+
+def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
+    """Remove launcher prefixes; return (text, rank or None, host or None)."""
+    rank: int | None = None
+    host: str | None = None
+    for _ in range(4):  # prefixes nest at most a few deep
+        m = _PREFIX.match(text)
+        if m is None or m.end() == 0:
+            break
+        if m.group("role") in _NOT_ROLES:
+            break
+        for g in ("r1", "r2", "r3", "r4"):
+            if m.group(g) is not None:
+                rank = int(m.group(g))
+                break
+        else:
+            host = m.group("host")
+        text = text[m.end():]
+    return text, rank, host
+
+
+def clean_text(raw: str) -> str:
+    """Drop ANSI escapes, keep what a terminal would show after carriage returns, unescape HTML."""
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)
+    raw = raw.rstrip("\r\n")
+    if "\r" in raw:
+        # A progress bar rewrites the line with \r; the terminal shows the last non-empty part.
+        parts = [p for p in raw.split("\r") if p.strip()]
+        raw = parts[-1] if parts else ""
+    if "&" in raw and ";" in raw:
+        raw = html.unescape(raw)  # logs copied out of web pages / notebooks (&quot; &#39; &gt;)
+    return raw
+
+
+def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
+    """One raw line (str or bytes, any encoding damage) -> a :class:`Line`."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    text = clean_text(raw)
+    text, rank, host = strip_prefixes(text)
+    if "\x1b" in text:  # colour codes can sit after a prefix too
+        text = _ANSI.sub("", text)
+    return Line(lineno, rank, text, host)
+
+
+def is_text_input(source: object) -> bool:
+    return isinstance(source, str) and ("\n" in source or "\r" in source)
+
+
+def iter_raw(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[tuple[int, bytes | str]]:
+    """Yield (lineno, raw line) from a path, a text blob, or an iterable of lines. Streaming."""
+    if isinstance(source, (str, Path)) and not is_text_input(source):
+        with open(source, "rb") as f:  # binary: invalid UTF-8 never raises; decoded per line later
+            yield from enumerate(f, 1)
+        return
+    if isinstance(source, str):
+        source = source.splitlines()
+    yield from enumerate(source, 1)
+
+
+def iter_lines(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[Line]:
+    """Every line of ``source``, cleaned (see module docstring)."""
+    for lineno, raw in iter_raw(source):
+        yield clean_line(raw, lineno)

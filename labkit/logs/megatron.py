@@ -1,0 +1,230 @@
+"""Megatron-LM (2020-2026), Megatron-DeepSpeed and gpt-neox training-log records.
+
+All three print ``label: value`` fields separated by ``|``. Rather than one regex per version,
+an iteration line is split on ``|`` and each label is looked up in ``FIELDS``; unknown fields
+are kept as extra columns (losses) or ignored, never an error. Missing fields stay missing
+(a skipped iteration prints no ``lm loss``: that is null, never 0).
+
+Formats (see tests/fixtures/logs/README.md for where each comes from):
+    `` [2024-05-01 12:00:00] iteration      5/     30 | consumed samples: 40 | elapsed time per
+    iteration (ms): 812.3 | throughput per GPU (TFLOP/s/GPU): 0.0 | learning rate: 9.0E-04 |
+    global batch size:     8 | lm loss: 7.1E+00 | loss scale: 1.0 | grad norm: 1.234 |
+    number of skipped iterations:   0 | number of nan iterations:   0 |``
+    Megatron-DeepSpeed: ``elapsed time per iteration (s): 0.41 | ... | TFLOPs: 145.2 |``
+    gpt-neox: `` samples/sec: 123.4 | iteration 100/ 320000 | ... | lm_loss: 7.1E+00 |``
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# --- iteration lines --------------------------------------------------------------------------
+_ITER = re.compile(r"(?:^|\s)iteration\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
+_TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]")
+
+# label (lower case, spaces collapsed) -> (column, scale)
+FIELDS: dict[str, tuple[str, float]] = {
+    "consumed samples": ("consumed_samples", 1.0),
+    "consumed tokens": ("consumed_tokens", 1.0),
+    "elapsed time per iteration (ms)": ("elapsed_ms", 1.0),
+    "elapsed time per iteration (s)": ("elapsed_ms", 1000.0),  # Megatron-DeepSpeed
+    "throughput per gpu (tflop/s/gpu)": ("tflops_per_gpu", 1.0),
+    "tflops": ("tflops_per_gpu", 1.0),  # Megatron-DeepSpeed: per GPU
+    "learning rate": ("lr", 1.0),
+    "global batch size": ("global_batch_size", 1.0),
+    "lm loss": ("lm_loss", 1.0),
+    "lm_loss": ("lm_loss", 1.0),  # gpt-neox
+    "loss scale": ("loss_scale", 1.0),
+    "grad norm": ("grad_norm", 1.0),
+    "num zeros": ("num_zeros", 1.0),
+    "params norm": ("params_norm", 1.0),
+    "number of skipped iterations": ("skipped", 1.0),
+    "number of nan iterations": ("nan", 1.0),
+    "samples per second": ("samples_per_sec", 1.0),
+    "samples/sec": ("samples_per_sec", 1.0),  # gpt-neox
+    "tokens per gpu per second (tgs)": ("tokens_per_gpu_per_sec", 1.0),
+    "actual seqlen": ("seq_length", 1.0),
+}
+# gpt-neox prints "approx flops per GPU: 123.4TFLOPS"
+_FLOPS_UNIT = re.compile(r"^\s{0,9}([0-9.eE+-]{1,30})\s{0,3}([KMGTPE]?)FLOPS", re.I)
+_UNIT_SCALE = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6}
+_INT_COLUMNS = ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan")
+
+
+def _num(value: str) -> float | None:
+    value = value.strip()
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _label(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def parse_iteration(text: str) -> dict[str, Any] | None:
+    """An iteration line -> a record (dict of column -> value), or None if it is not one."""
+    if "|" not in text or "iteration" not in text:
+        return None
+    m = _ITER.search(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}
+    ts = _TIMESTAMP.search(text, 0, m.start() + 1)
+    if ts:
+        rec["timestamp"] = ts.group(1).replace("T", " ").replace(",", ".")
+    for part in text.split("|"):
+        if ":" not in part or _ITER.search(part):
+            continue
+        label, _, value = part.rpartition(":")
+        key = _label(label)
+        field = FIELDS.get(key)
+        if field is not None:
+            v = _num(value)
+            if v is not None:
+                rec[field[0]] = v * field[1]
+        elif key == "approx flops per gpu":
+            fm = _FLOPS_UNIT.match(value)
+            if fm and _num(fm.group(1)) is not None:
+                rec["tflops_per_gpu"] = float(fm.group(1)) * _UNIT_SCALE[fm.group(2).upper()]
+        elif key.endswith("loss") and len(key) < 60:
+            v = _num(value)  # extra losses come and go (load balancing, MTP, z-loss)
+            if v is not None:
+                rec[key.replace(" ", "_").replace("-", "_")] = v
+    for k in _INT_COLUMNS:
+        if k in rec and rec[k] == rec[k]:  # NaN stays float
+            rec[k] = int(rec[k])
+    return rec
+
+
+def is_incomplete_iteration(text: str) -> bool:
+    """A Megatron iteration line always ends with ``|``; without it the line was hard-wrapped."""
+    return text.rstrip().endswith("|") is False and _ITER.search(text) is not None
+
+
+# --- validation / test lines ------------------------------------------------------------------
+_VALID = re.compile(
+    r"(validation|test) (?:loss|results) at (?:iteration\s{0,20}(\d{1,12})|the end of training)")
+
+
+def parse_validation(text: str) -> dict[str, Any] | None:
+    if "|" not in text or "at " not in text:
+        return None
+    m = _VALID.search(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {"split": m.group(1), "iteration": int(m.group(2)) if m.group(2) else None}
+    for part in text[m.end():].split("|"):
+        label, sep, value = part.rpartition(":")
+        if not sep:
+            continue
+        key = _label(label).replace("_", " ")
+        v = _num(value)
+        if v is None:
+            continue
+        if key in ("lm loss value", "lm loss"):
+            rec["lm_loss"] = v
+        elif key in ("lm loss ppl", "lm loss ppl value"):
+            rec["lm_loss_ppl"] = v
+        elif key.endswith("value"):
+            rec[key[: -len(" value")].replace(" ", "_")] = v
+    return rec
+
+
+# --- memory report lines ----------------------------------------------------------------------
+_MEM = re.compile(r"(?:\[Rank (\d{1,6})\] )?\(?after (\d{1,12}) iterations\)? memory \(MB\)")
+_MEM_FIELDS = {"allocated": "allocated_mb", "max allocated": "max_allocated_mb",
+               "reserved": "reserved_mb", "max reserved": "max_reserved_mb"}
+
+
+def parse_memory(text: str) -> dict[str, Any] | None:
+    if "memory (MB)" not in text:
+        return None
+    m = _MEM.search(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {"rank": int(m.group(1)) if m.group(1) else None, "iteration": int(m.group(2))}
+    for part in text[m.end():].split("|"):
+        label, sep, value = part.rpartition(":")
+        col = _MEM_FIELDS.get(_label(label)) if sep else None
+        if col:
+            rec[col] = _num(value)
+    return rec
+
+
+# --- layout, parameters, theoretical memory, arguments ----------------------------------------
+_WS_OLD = re.compile(r"using world size: (\d{1,9}) and model-parallel size: (\d{1,9})")
+_WS = re.compile(r"using world size: (\d{1,9})")
+_SIZE = re.compile(r"(?:,\s{0,4}|\s)([a-z-]{2,40}?)[ -]size: (\d{1,9})")
+_SIZE_NAMES = {"data-parallel": "dp", "context-parallel": "cp", "tensor-model-parallel": "tp",
+               "pipeline-model-parallel": "pp", "expert-model-parallel": "ep"}
+
+
+def parse_layout(text: str) -> dict[str, int] | None:
+    """``using world size: 8, data-parallel size: 2, ...`` (all Megatron-LM variants)."""
+    if "using world size" not in text:
+        return None
+    m = _WS_OLD.search(text)
+    if m:  # Megatron v1 (2020): model parallel meant tensor parallel
+        ws, mp = int(m.group(1)), int(m.group(2))
+        return {"world_size": ws, "tp": mp, "pp": 1, "dp": ws // mp if mp else None}
+    m = _WS.search(text)
+    if m is None:
+        return None
+    out: dict[str, int] = {"world_size": int(m.group(1))}
+    for sm in _SIZE.finditer(text, m.end()):
+        name = sm.group(1)
+        if name.startswith(("encoder-", "hierarchical")):
+            continue  # an encoder size (0 or not) is not the decoder's TP/PP
+        key = _SIZE_NAMES.get(name)
+        if key and key not in out:
+            out[key] = int(sm.group(2))
+    return out
+
+
+_PARAMS = re.compile(r"number of parameters on (?:\(([a-z, ]{1,60})\) )?model parallel rank "
+                     r"\(?([0-9, ]{1,40})\)?: (\d{1,15})")
+
+
+def parse_params(text: str) -> dict[str, Any] | None:
+    """`` > number of parameters on (tensor, pipeline) model parallel rank (0, 1): 123456``."""
+    if "number of parameters" not in text:
+        return None
+    m = _PARAMS.search(text)
+    if m is None:
+        return None
+    ranks = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+    names = [n.strip() for n in m.group(1).split(",")] if m.group(1) else ["tensor"]
+    rec: dict[str, Any] = {"parameters": int(m.group(3))}
+    for n, r in zip(names, ranks, strict=False):
+        rec[f"{n}_rank"] = r
+    return rec
+
+
+_THEORY = re.compile(r"Theoretical memory footprints: weight and optimizer=([0-9.]{1,20}) MB"
+                     r"(?:, activation=([0-9.]{1,20}) MB, total=([0-9.]{1,20}) MB)?")
+
+
+def parse_theoretical_memory(text: str) -> dict[str, float] | None:
+    if "Theoretical memory" not in text:
+        return None
+    m = _THEORY.search(text)
+    if m is None:
+        return None
+    out = {"weight_and_optimizer_mb": float(m.group(1))}
+    if m.group(2):
+        out.update(activation_mb=float(m.group(2)), total_mb=float(m.group(3)))
+    return out
+
+
+# Megatron prints every argument once: "  seq_length ...................................... 1024"
+_ARG = re.compile(r"^\s{1,4}([a-z_][a-z0-9_]{0,60}) \.{3,80} (.{0,200})$")
+
+
+def parse_argument(text: str) -> tuple[str, str] | None:
+    if "..." not in text:
+        return None
+    m = _ARG.match(text)
+    return (m.group(1), m.group(2).strip()) if m else None

@@ -1,0 +1,270 @@
+"""The streaming driver: one pass over a log, every record kind into its own DataFrame.
+
+A log is read line by line in binary. Lines that cannot hold any record (no trigger word) are
+skipped before decoding, which is what keeps a 1 GB log fast; every other line is cleaned
+(lines.py) and offered to the record parsers. Multi-line records (tracebacks, torchrun's failure
+table, hard-wrapped iteration lines) switch the filter off until they close.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from labkit.logs import deepspeed, megatron, nccl
+from labkit.logs.failures import Failure, FailureScanner, rank_failures
+from labkit.logs.lines import Line, clean_line, iter_raw
+
+# Every record parser and failure rule is gated on one of these words; a line with none of them
+# carries nothing we read. Kept as one alternation so the check is a single C-level scan.
+_TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
+             "parameters", "Theoretical", "validation", "test loss", "test results", "step=", "...",
+             "NCCL", " via ", "rror", "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory",
+             "Kill", "SIGKILL", "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog",
+             "imed out", "CUDA", "cuda", "Xid", "ECC", "exitcode", "Tried", "tried", "&")
+_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in _TRIGGERS))
+_TRIGGER_B = re.compile("|".join(re.escape(t) for t in _TRIGGERS).encode())
+
+ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
+                "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
+                "samples_per_sec", "tokens_per_sec", "timestamp"]
+MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
+                  "max_reserved_mb"]
+LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
+FAILURE_COLUMNS = ["kind", "rank", "line", "message", "hint"]
+NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"]
+_ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
+               "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
+               "context_parallel_size": "cp"}
+_MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
+
+
+@dataclass
+class ParsedLog:
+    """Everything one log (or several logs of one run) says, one DataFrame per record kind."""
+
+    iterations: pd.DataFrame
+    memory: pd.DataFrame
+    validation: pd.DataFrame
+    params: pd.DataFrame
+    nccl: pd.DataFrame
+    failures: pd.DataFrame
+    layout: dict[str, int | None]
+    nccl_version: str | None = None
+    args: dict[str, str] = field(default_factory=dict)
+    theoretical_memory: dict[str, float] | None = None
+    failure_records: list[Failure] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``labkit parse --json`` document (DESIGN.md section 5); null where the log is silent."""
+        its = self.iterations.reindex(columns=ITER_COLUMNS[:-1])
+        mem = self.memory.reindex(columns=MEMORY_COLUMNS)
+        channels = self.nccl.reindex(columns=NCCL_COLUMNS)
+        return {
+            "layout": {k: self.layout.get(k) for k in LAYOUT_KEYS},
+            "iterations": _records(its),
+            "memory": _records(mem),
+            "nccl": {"version": self.nccl_version,
+                     "transports": nccl.summarize(_records(channels)),
+                     "channels": _records(channels)},
+            "failures": [f.to_dict() for f in self.failure_records],
+        }
+
+
+def _clean(v: Any) -> Any:
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return None
+    if hasattr(v, "item"):  # numpy scalar -> python
+        v = v.item()
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return v
+    return v
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    cols = list(df.columns)
+    return [{c: _clean(v) for c, v in zip(cols, row, strict=True)} for row in df.itertuples(index=False)]
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.iterations: dict[int, dict[str, Any]] = {}
+        self.memory: list[dict[str, Any]] = []
+        self.validation: list[dict[str, Any]] = []
+        self.params: list[dict[str, Any]] = []
+        self.channels: dict[tuple, dict[str, Any]] = {}
+        self.layout: dict[str, int | None] = {}
+        self.launcher: dict[str, int] = {}
+        self.args: dict[str, str] = {}
+        self.theory: dict[str, float] | None = None
+        self.nccl_version: str | None = None
+        self.scanner = FailureScanner()
+        self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
+
+    @property
+    def busy(self) -> bool:
+        return self.scanner.busy or bool(self.pending)
+
+    def feed(self, line: Line) -> None:
+        src = (line.rank, line.host)
+        held = self.pending.pop(src, None)
+        if held is not None and megatron.parse_iteration(line.text) is not None:
+            self._records(held[0])  # a new record, not a continuation: the held line was cut off
+            self.scanner.feed(held[0])
+            held = None
+        if held is not None:
+            first, pieces = held
+            line = Line(first.lineno, first.rank, first.text + line.text, first.host)
+            if megatron.is_incomplete_iteration(line.text) and pieces < _MAX_WRAP:
+                self.pending[src] = (line, pieces + 1)
+                return
+        elif megatron.is_incomplete_iteration(line.text) and "|" in line.text:
+            self.pending[src] = (line, 1)
+            return
+        self._records(line)
+        self.scanner.feed(line)
+
+    def _records(self, line: Line) -> None:
+        text = line.text
+        rec = megatron.parse_iteration(text)
+        if rec is not None:
+            self.iterations.setdefault(rec["iteration"], {}).update(rec)
+            return
+        for parse, sink in ((megatron.parse_memory, self.memory),
+                            (megatron.parse_validation, self.validation),
+                            (megatron.parse_params, self.params)):
+            r = parse(text)
+            if r is not None:
+                if sink is self.params and line.rank is not None:
+                    r.setdefault("rank", line.rank)
+                sink.append(r)
+                return
+        ch = nccl.parse_channel(text)
+        if ch is not None:
+            self.channels.setdefault(tuple(ch.values()), ch)
+            return
+        for getter in (megatron.parse_layout, ):
+            lay = getter(text)
+            if lay is not None:
+                self.layout.update(lay)
+                return
+        ds = deepspeed.parse_step(text)
+        if ds is not None:
+            if "allocated_mb" in ds:
+                self.memory.append({"rank": ds.get("rank", line.rank), "iteration": ds["iteration"],
+                                    "allocated_mb": ds.pop("allocated_mb"),
+                                    "max_allocated_mb": ds.pop("max_allocated_mb")})
+            ds.pop("rank", None)
+            self.iterations.setdefault(ds["iteration"], {}).update(ds)
+            return
+        for fn, attr in ((deepspeed.parse_launcher, "launcher"),):
+            r = fn(text)
+            if r is not None:
+                getattr(self, attr).update(r)
+                return
+        v = nccl.parse_version(text)
+        if v is not None:
+            self.nccl_version = self.nccl_version or v
+            return
+        t = megatron.parse_theoretical_memory(text)
+        if t is not None:
+            self.theory = t
+            return
+        a = megatron.parse_argument(text)
+        if a is not None:
+            self.args.setdefault(*a)
+
+    def flush(self) -> None:
+        for line, _ in list(self.pending.values()):
+            self._records(line)
+            self.scanner.feed(line)
+        self.pending.clear()
+
+
+def _feed_source(col: _Collector, source: Any) -> None:
+    prev: tuple[int, Any] | None = None
+    fed_prev = True
+    force = 0
+    for lineno, raw in iter_raw(source):
+        hit = (_TRIGGER_B if isinstance(raw, bytes) else _TRIGGER_RE).search(raw) is not None
+        if not (hit or force or col.busy):
+            prev, fed_prev = (lineno, raw), False
+            continue
+        if hit and not fed_prev and prev is not None:
+            col.feed(clean_line(prev[1], prev[0]))  # context for a message wrapped onto this line
+        col.feed(clean_line(raw, lineno))
+        force = 1 if hit else max(0, force - 1)  # ... and for one wrapped onto the next line
+        prev, fed_prev = (lineno, raw), True
+    col.flush()
+
+
+def _layout(col: _Collector) -> dict[str, int | None]:
+    lay: dict[str, int | None] = dict(col.layout)
+    for arg, key in _ARG_LAYOUT.items():
+        if lay.get(key) is None and arg in col.args and col.args[arg].isdigit():
+            lay[key] = int(col.args[arg])
+    if lay.get("world_size") is None and "world_size" in col.launcher:
+        lay["world_size"] = col.launcher["world_size"]
+    ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
+    if lay.get("dp") is None and ws and tp and pp:
+        lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
+    return {k: lay.get(k) for k in LAYOUT_KEYS}
+
+
+def _seq_length(col: _Collector) -> int | None:
+    v = col.args.get("seq_length")
+    return int(v) if v and v.isdigit() else None
+
+
+def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.DataFrame:
+    rows = [col.iterations[k] for k in sorted(col.iterations)]
+    df = pd.DataFrame(rows)
+    df = df.reindex(columns=ITER_COLUMNS + [c for c in df.columns if c not in ITER_COLUMNS])
+    if df.empty:
+        return df
+    sps = df["global_batch_size"] / (df["elapsed_ms"] / 1000.0)
+    df["samples_per_sec"] = df["samples_per_sec"].astype("float64").fillna(sps)
+    seq = _seq_length(col)
+    if seq is not None:
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(df["samples_per_sec"] * seq)
+    elif "seq_length" in df:
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
+            df["samples_per_sec"] * df["seq_length"])
+    if "tokens_per_gpu_per_sec" in df and layout.get("world_size"):
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
+            df["tokens_per_gpu_per_sec"] * layout["world_size"])
+    df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce")
+    for c in ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan"):
+        df[c] = df[c].astype("Int64") if df[c].isna().any() else df[c].astype("int64")
+    return df.reset_index(drop=True)
+
+
+def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | Path]) -> ParsedLog:
+    """Parse a training log (a path, a text blob, an iterable of lines, or a list of paths).
+
+    Returns a :class:`ParsedLog`; never raises on odd content (unknown fields are ignored, missing
+    ones are null). Several paths are read as parts of one run (e.g. per-rank logs).
+    """
+    col = _Collector()
+    many = isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, Path)) for s in source) \
+        and not any("\n" in str(s) for s in source) and all(Path(s).exists() for s in source)
+    sources = [str(s) for s in source] if many else ([str(source)] if isinstance(source, Path) else [])
+    for s in (source if many else [source]):
+        _feed_source(col, s)
+    layout = _layout(col)
+    failures = rank_failures(col.scanner.failures)
+    return ParsedLog(
+        iterations=_iterations_frame(col, layout),
+        memory=pd.DataFrame(col.memory).reindex(columns=MEMORY_COLUMNS),
+        validation=pd.DataFrame(col.validation),
+        params=pd.DataFrame(col.params),
+        nccl=pd.DataFrame(list(col.channels.values())).reindex(columns=NCCL_COLUMNS),
+        failures=pd.DataFrame([f.to_dict() for f in failures], columns=FAILURE_COLUMNS),
+        layout=layout, nccl_version=col.nccl_version, args=col.args, theoretical_memory=col.theory,
+        failure_records=failures, sources=sources)

@@ -1,0 +1,249 @@
+"""Job and JobState: one submitted run, whatever backend runs it.
+
+A Job is recorded in its run directory (``job.json``: id, backend, when), so another process (a
+restarted notebook kernel, ``labkit status``) can load it, and so labkit only ever touches jobs
+it submitted itself. The backend modules (``local``, ``slurm``) answer ``states`` and ``cancel``.
+
+Extension point for watchers (hang detection, doctor): ``wait(on_poll=fn)`` or
+``add_watcher(fn)``; each is called as ``fn(job, state)`` after every poll and may raise to stop
+waiting.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import JobFailedError, LabkitError
+from labkit.paths import run_root
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NODE_FAIL = "NODE_FAIL"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+
+FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
+                      JobState.OUT_OF_MEMORY, JobState.NODE_FAIL})
+JOB_FILE = "job.json"
+Watcher = Callable[["Job", JobState], None]
+WATCHERS: list[Watcher] = []
+_ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
+
+
+def add_watcher(fn: Watcher) -> None:
+    """Call ``fn(job, state)`` after every poll of every ``Job.wait``."""
+    if fn not in WATCHERS:
+        WATCHERS.append(fn)
+
+
+def remove_watcher(fn: Watcher) -> None:
+    if fn in WATCHERS:
+        WATCHERS.remove(fn)
+
+
+def backend_module(name: str) -> Any:
+    if name not in ("local", "slurm"):
+        raise LabkitError(f"unknown backend {name!r}; use 'local' or 'slurm'")
+    return importlib.import_module(f"labkit.backends.{name}")
+
+
+@dataclass
+class Job:
+    """A submitted run: ``state()``, ``wait()``, ``cancel()``, ``tail()``, ``log_path``."""
+
+    job_id: str
+    name: str
+    run_dir: Path
+    backend: str
+    submitted_at: float = field(default_factory=time.time)
+    info: dict[str, Any] = field(default_factory=dict)
+    """Backend details: local process group and start time; Slurm's SLURM_CONF."""
+    _final: JobState | None = field(default=None, repr=False, compare=False)
+
+    # --- record ---------------------------------------------------------------------------
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "log.txt"
+
+    def save(self) -> None:
+        d = {"job_id": self.job_id, "name": self.name, "run_dir": str(self.run_dir),
+             "backend": self.backend, "submitted_at": self.submitted_at, "info": self.info}
+        (self.run_dir / JOB_FILE).write_text(json.dumps(d, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Job:
+        """The job recorded in ``run_dir/job.json`` (a run name is looked up in the run root)."""
+        p = Path(run_dir)
+        if not (p / JOB_FILE).exists() and not p.is_absolute() and len(p.parts) == 1:
+            p = run_root() / p
+        try:
+            d = json.loads((p / JOB_FILE).read_text())
+        except (OSError, ValueError) as e:
+            raise LabkitError(f"no labkit job recorded in {p / JOB_FILE} ({e}); labkit only "
+                              f"knows the jobs it submitted (labkit status lists them)") from None
+        return cls(job_id=str(d["job_id"]), name=d["name"], run_dir=Path(d["run_dir"]),
+                   backend=d["backend"], submitted_at=d.get("submitted_at", 0.0),
+                   info=d.get("info", {}))
+
+    def to_dict(self, state: JobState | None = None) -> dict[str, Any]:
+        """DESIGN section 5: ``{"job_id", "name", "run_dir", "backend", "state"}``."""
+        return {"job_id": self.job_id, "name": self.name, "run_dir": str(self.run_dir),
+                "backend": self.backend, "state": str(state or self.state())}
+
+    # --- state ----------------------------------------------------------------------------
+    def state(self) -> JobState:
+        if self._final is not None:
+            return self._final
+        st = backend_module(self.backend).states([self])[self.job_id]
+        if st.finished:
+            self._final = st  # finished states never change again
+        return st
+
+    def cancel(self) -> None:
+        """Cancel this job (and only it). A finished job is left as it is."""
+        if not self.state().finished:
+            backend_module(self.backend).cancel(self)
+            self._final = None
+
+    def tail(self, n: int = 20) -> str:
+        """The last ``n`` lines of the log ('' before the job wrote anything)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 200 * n - 4096))
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def exit_code(self) -> int | None:
+        try:
+            return int((self.run_dir / "exit_code").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    # --- waiting --------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None, progress: bool = True,
+             raise_on_failure: bool = False, on_poll: Watcher | None = None,
+             max_interval: float = 5.0) -> JobState:
+        """Poll until the job finishes (or ``timeout`` seconds pass); returns the last state.
+
+        Polls back off from 0.5 s to ``max_interval``. ``progress`` shows a tqdm bar (terminal
+        or Jupyter, on stderr) of the training iterations found in the log. With
+        ``raise_on_failure`` a finished state other than COMPLETED raises JobFailedError with
+        the log's tail and a hint. ``on_poll(job, state)`` and registered watchers run after
+        every poll.
+        """
+        start, delay = time.time(), 0.5
+        bar = _Progress(self) if progress else None
+        try:
+            while True:
+                st = self.state()
+                if bar:
+                    bar.update(st)
+                for fn in ([on_poll] if on_poll else []) + list(WATCHERS):
+                    fn(self, st)
+                if st.finished or (timeout is not None and time.time() - start >= timeout):
+                    break
+                left = None if timeout is None else timeout - (time.time() - start)
+                time.sleep(max(0.05, min(delay, left if left is not None else delay)))
+                delay = min(max_interval, delay * 1.6)
+        finally:
+            if bar:
+                bar.close()
+        if raise_on_failure and st.finished and st is not JobState.COMPLETED:
+            raise self.failure_error(st)
+        return st
+
+    def failure_error(self, st: JobState) -> JobFailedError:
+        elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0, time.time() - self.submitted_at)))
+        tail = self.tail(20)
+        hint = _diagnosis(self.log_path) or _STATE_HINTS.get(st, "")
+        msg = (f"job {self.job_id} ({self.name}) ended {st} after {elapsed} "
+               f"(exit code {self.exit_code()}). Last log lines:\n{tail or '(log is empty)'}\n"
+               f"Full log: {self.log_path}" + (f"\nHint: {hint}" if hint else ""))
+        return JobFailedError(msg, job_id=self.job_id, state=str(st), log_tail=tail)
+
+
+_STATE_HINTS = {
+    JobState.TIMEOUT: "the job hit its time limit: raise time_limit in the cluster profile or "
+                      "lower train_iters",
+    JobState.CANCELLED: "the job was cancelled (by labkit cancel, scancel or an administrator)",
+    JobState.OUT_OF_MEMORY: "a process ran out of memory: lower micro_batch_size, use more "
+                            "TP/PP, or recompute_granularity='selective'",
+    JobState.NODE_FAIL: "a node failed under the job: resubmit; if it repeats, tell the admins",
+}
+
+
+def _diagnosis(log_path: Path) -> str | None:
+    """The log parser's hint for the most important failure, when labkit.logs offers one."""
+    try:
+        logs = importlib.import_module("labkit.logs")
+        if hasattr(logs, "diagnose"):
+            r = logs.diagnose(log_path)
+            return str(r) if r else None
+        failures = getattr(logs.parse_log(log_path), "failures", None)
+        if failures is None:
+            return None
+        rows = failures.to_dict("records") if hasattr(failures, "to_dict") and not isinstance(
+            failures, list) else failures
+        for f in rows:
+            get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
+            if get("hint"):
+                return f"{get('kind')}: {get('hint')}"
+    except Exception:  # a parser problem must never hide the job's own error
+        return None
+    return None
+
+
+class _Progress:
+    """A tqdm bar over training iterations, fed by reading the log's new bytes."""
+
+    def __init__(self, job: Job):
+        from tqdm.auto import tqdm
+
+        self.job, self.offset, self.done = job, 0, 0
+        total = None
+        try:
+            total = json.loads((job.run_dir / "config.json").read_text()).get("train_iters")
+        except (OSError, ValueError):
+            pass
+        self.bar = tqdm(total=total, desc=job.name, unit="it", file=sys.stderr, leave=True)
+
+    def update(self, st: JobState) -> None:
+        try:
+            with open(self.job.log_path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        cut = chunk.rfind(b"\n") + 1  # only whole lines; the rest is read next time
+        self.offset += cut
+        its = [int(m.group(1)) for m in _ITER_RE.finditer(chunk[:cut])]
+        if its and max(its) > self.done:
+            self.bar.update(max(its) - self.done)
+            self.done = max(its)
+        self.bar.set_postfix_str(str(st), refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,117 @@
+"""The local backend with real processes: torchrun agents per simulated node, gloo, exit codes.
+
+The job program is tests/programs/allreduce_job.py (a real gloo all-reduce over every rank);
+the engine's own end-to-end runs are in the engine and slurm tiers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit.backends import Job, JobState, get_job, list_jobs, submit
+from labkit.backends import local as local_backend
+from labkit.config import RunConfig
+from labkit.errors import JobFailedError, LabkitError, SubmissionError
+
+PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def _cfg(name: str, **kw) -> RunConfig:
+    base = dict(name=name, nodes=2, gpus_per_node=1, train_iters=3)
+    return RunConfig(**{**base, **kw})
+
+
+def test_two_nodes_two_processes_complete(run_root):
+    cfg = _cfg("tp2pp2", gpus_per_node=2, tensor_model_parallel_size=2,
+               pipeline_model_parallel_size=2)
+    job = submit(cfg, program=PROGRAM)
+    polls = []
+    assert job.wait(timeout=240, progress=True, on_poll=lambda j, s: polls.append(s)) \
+        is JobState.COMPLETED, job.tail(40)
+    assert polls and polls[-1] is JobState.COMPLETED
+    log = job.log_path.read_text()
+    assert "using world size: 4," in log
+    assert log.count("all-reduce ok (10)") == 4  # 1+2+3+4 on every rank
+    assert job.exit_code() == 0
+    d = run_root / "tp2pp2"
+    for f in ("config.json", "job.sh", "job.json", "log.txt", "exit_code", "plan.json"):
+        assert (d / f).exists(), f
+    assert json.loads((d / "plan.json").read_text())["layout"]["world_size"] == 4
+    again = Job.load(d)
+    assert again.job_id == job.job_id and again.state() is JobState.COMPLETED
+    assert [j.job_id for j in list_jobs()] == [job.job_id]
+    assert set(job.to_dict()) == {"job_id", "name", "run_dir", "backend", "state"}
+    assert get_job("tp2pp2").job_id == job.job_id
+    # Nothing a user made is overwritten: the same name again is refused.
+    with pytest.raises(SubmissionError, match="already holds a run"):
+        submit(cfg, program=PROGRAM)
+
+
+def test_failing_job_ends_failed_with_log_tail(run_root):
+    job = submit(_cfg("boom", extra={"fail": True}), program=PROGRAM)
+    with pytest.raises(JobFailedError) as e:
+        job.wait(timeout=240, progress=False, raise_on_failure=True)
+    assert e.value.state == "FAILED" and job.state() is JobState.FAILED
+    assert "failing on purpose" in str(e.value)
+    assert str(job.log_path) in str(e.value)
+    assert job.exit_code() not in (None, 0)
+
+
+def test_cancel_kills_exactly_its_processes(run_root):
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        job = submit(_cfg("long", extra={"sleep": 300, "iters": 300}), program=PROGRAM)
+        # Wait until the workers exist (torchrun starts them in sessions of their own).
+        deadline = time.time() + 240
+        while _workers(job) < 2:
+            assert job.state() is JobState.RUNNING, job.tail(30)
+            assert time.time() < deadline, "workers did not start"
+            time.sleep(0.5)
+        tree = local_backend._descendants(job.info["pid"])
+        assert len(tree) >= 4  # 2 agents + 2 workers at least
+        job.cancel()
+        assert job.state() is JobState.CANCELLED
+        alive = [p for p, s in tree if local_backend._alive(p, s)]
+        assert not alive, f"still alive after cancel: {alive}"
+        assert bystander.poll() is None, "cancel touched a process that is not the job's"
+        assert Job.load(job.run_dir).state() is JobState.CANCELLED
+    finally:
+        bystander.kill()
+
+
+def _workers(job: Job) -> int:
+    n = 0
+    for p, _ in local_backend._descendants(job.info["pid"]):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        n += b"allreduce_job.py" in cmd and b"torchrun" not in cmd
+    return n
+
+
+def test_unknown_job_is_refused(run_root):
+    with pytest.raises(LabkitError, match="only acts on jobs it submitted"):
+        get_job("12345")
+
+
+def test_local_launcher_stops_other_nodes_when_one_fails(run_root, tmp_path):
+    """A node that fails makes the launcher stop the others (no hang on a dead rendezvous)."""
+    prog = tmp_path / "crash.py"
+    prog.write_text("import os, sys, time\n"
+                    "sys.exit(3) if os.environ['GROUP_RANK'] == '1' else time.sleep(300)\n")
+    job = submit(_cfg("crash"), program=prog)
+    assert job.wait(timeout=120, progress=False) is JobState.FAILED
+    assert job.exit_code() != 0
+    assert os.path.exists(job.run_dir / "exit_code")

@@ -1,0 +1,193 @@
+"""Failure diagnosis: every kind, the wordings seen since 2020, merging, ordering, hangs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit.logs import KINDS, detect_hang, diagnose, parse_log
+
+FIX = Path(__file__).parent / "fixtures" / "logs"
+
+# (kind, the log line, the rank it names or None, a word the hint must contain)
+CASES = [
+    # CUDA OOM: PyTorch 1.6-1.9, 1.10-1.13, 2.0, 2.1 (with its "capacty" typo), 2.4+
+    ("gpu_oom", "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+     "capacity; 14.56 GiB already allocated; 4.75 MiB free; 14.80 GiB reserved in total by PyTorch)",
+     None, "micro_batch_size"),
+    ("gpu_oom", "RuntimeError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 39.59 GiB total "
+     "capacity; 36.12 GiB already allocated; 1.09 GiB free; 37.12 GiB reserved in total by PyTorch) If "
+     "reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+     "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF", None, "recompute"),
+    ("gpu_oom", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+     "79.15 GiB total capacity; 75.01 GiB already allocated)", None, "micro_batch_size"),
+    ("gpu_oom", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+     "total capacty of 79.15 GiB of which 1.06 GiB is free.", None, "micro_batch_size"),
+    ("gpu_oom", "[rank7]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 7 has "
+     "a total capacity of 79.10 GiB of which 2.1 GiB is free.", 7, "micro_batch_size"),
+    ("gpu_oom", "RuntimeError: CUDA error: out of memory", None, "micro_batch_size"),
+    ("gpu_oom", "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+     None, "micro_batch_size"),
+    ("gpu_oom", "{\"message\": \"RuntimeError('CUDA out of memory. Tried to allocate 20.00 MiB')\"}",
+     None, "micro_batch_size"),
+    ("gpu_oom", "&lt;pre&gt;torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+     "&lt;/pre&gt;", None, "micro_batch_size"),
+    ("gpu_oom", "[default2]:RuntimeError: HIP out of memory. Tried to allocate 1.00 GiB", 2, "micro_batch"),
+    # host / CPU OOM
+    ("host_oom", "slurmstepd: error: Detected 1 oom-kill event(s) in step 1234.0 cgroup. Some of your "
+     "processes may have been killed by the cgroup out-of-memory handler.", None, "--mem"),
+    ("host_oom", "slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks "
+     "have been OOM Killed.", None, "--mem"),
+    ("host_oom", "srun: error: node3: task 5: Out Of Memory", None, "--mem"),
+    ("host_oom", "Out of memory: Killed process 4242 (python) total-vm:81234567kB, anon-rss:7777777kB",
+     None, "--mem"),
+    ("host_oom", "RuntimeError: [enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't "
+     "allocate memory: you tried to allocate 2147483648 bytes. Error code 12 (Cannot allocate memory)",
+     None, "memory_limit_gb"),
+    ("host_oom", "[labkit] out of memory on rank 3 (tensor, pipeline) = (1, 0) during forward-backward at "
+     "iteration 1: tried to allocate 2147483648 bytes (memory_limit_gb=0.5)", 3, "memory_limit_gb"),
+    ("host_oom", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
+     "(pid: 1234) of binary: /usr/bin/python", None, "SIGKILL"),
+    # collective timeouts: torch 1.9, 1.11-2.2, 2.3+ and gloo
+    ("nccl_timeout", "[E ProcessGroupNCCL.cpp:566] [Rank 1] Watchdog caught collective operation timeout: "
+     "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800923 milliseconds before timing out.",
+     1, "NCCL_DEBUG"),
+    ("nccl_timeout", "[E ProcessGroupNCCL.cpp:828] [Rank 2] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=77, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800412 milliseconds before "
+     "timing out.", 2, "NCCL_DEBUG"),
+    ("nccl_timeout", "[rank5]:[E801 10:30:01.123456789 ProcessGroupNCCL.cpp:616] [PG ID 0 PG GUID "
+     "0(default_pg) Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1234, "
+     "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600083 milliseconds before "
+     "timing out.", 5, "NCCL_DEBUG"),
+    ("nccl_timeout", "[default1]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+     "Timed out waiting 1800000ms for recv operation to complete", 1, "GLOO_SOCKET_IFNAME"),
+    # CUDA errors
+    ("cuda_error", "RuntimeError: CUDA error: uncorrectable ECC error encountered", None, "--exclude"),
+    ("cuda_error", "RuntimeError: CUDA error: an illegal memory access was encountered", None,
+     "CUDA_LAUNCH_BLOCKING"),
+    ("cuda_error", "RuntimeError: CUDA error: unknown error", None, "CUDA_LAUNCH_BLOCKING"),
+    ("cuda_error", "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
+     "cuda error, NCCL version 2.14.3", None, "CUDA_LAUNCH_BLOCKING"),
+    ("cuda_error", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", None, "--exclude"),
+    # Slurm: new (17.02+) and old wordings
+    ("time_limit", "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-03-04T00:00:07 DUE TO TIME "
+     "LIMIT ***", None, "--time"),
+    ("time_limit", "slurmstepd: *** JOB 4242 CANCELLED AT 2016-03-04T00:00:07 DUE TO TIME LIMIT on node1 ***",
+     None, "--time"),
+    ("preempted", "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-03-04T00:00:07 DUE TO "
+     "PREEMPTION ***", None, "resume"),
+    ("preempted", "slurmstepd: *** JOB 4242 CANCELLED AT 2016-03-04T00:00:07 DUE TO PREEMPTION on node1 ***",
+     None, "resume"),
+    ("cancelled", "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-03-04T00:00:07 ***", None,
+     "scancel"),
+    ("cancelled", "slurmstepd: *** STEP 4242.0 CANCELLED AT 2016-03-04T00:00:07 ***", None, "scancel"),
+    ("node_failure", "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-03-04T00:00:07 DUE TO NODE "
+     "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", None, "--exclude"),
+    ("node_failure", "slurmstepd: *** JOB 4242 CANCELLED AT 2016-03-04T00:00:07 DUE TO NODE FAILURE on "
+     "node1 ***", None, "--exclude"),
+    ("node_failure", "srun: error: Node failure on node7", None, "--exclude"),
+]
+
+
+@pytest.mark.parametrize("kind,line,rank,hint_word", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_single_line_failures(kind, line, rank, hint_word):
+    failures = diagnose(["some ordinary line", line, "another ordinary line"])
+    assert [f.kind for f in failures] == [kind], failures
+    f = failures[0]
+    assert f.rank == rank and f.line == 2 and f.message
+    assert hint_word in f.hint
+
+
+def test_every_kind_is_covered():
+    covered = {c[0] for c in CASES} | {"child_failed", "python_exception", "hang"}
+    assert covered == set(KINDS)
+
+
+def test_wrapped_oom_is_found_once():
+    lines = ["2024-06-01 12:00:00,123 - ERROR - worker 3 failed with RuntimeError: CUDA out of me",
+             "mory. Tried to allocate 20.00 MiB (GPU 3; 15.78 GiB total capacity)"]
+    failures = diagnose(lines)
+    assert [(f.kind, f.line) for f in failures] == [("gpu_oom", 1)]
+
+
+def test_python_traceback_per_rank():
+    lines = ["[default0]:Traceback (most recent call last):",
+             "[default1]:Traceback (most recent call last):",
+             '[default0]:  File "train.py", line 3, in <module>',
+             '[default1]:  File "train.py", line 9, in <module>',
+             "[default0]:ValueError: micro_batch_size must be positive, got 0",
+             "[default1]:KeyError: 'lm loss'"]
+    failures = diagnose(lines)
+    assert [(f.kind, f.rank, f.line) for f in failures] == [("python_exception", 0, 5),
+                                                           ("python_exception", 1, 6)]
+    assert failures[0].message == "ValueError: micro_batch_size must be positive, got 0"
+
+
+def test_watchdog_follow_ups_are_not_new_timeouts():
+    failures = diagnose(FIX / "torch_2.4_nccl_watchdog_followups.txt")
+    assert [(f.kind, f.rank) for f in failures] == [("nccl_timeout", 5), ("nccl_timeout", 6)]
+    assert "SeqNum=1234" in failures[0].message and "600 s" in failures[0].message
+    for fixture in ("torch_2.0_nccl_watchdog.txt", "torch_1.9_nccl_watchdog.txt"):
+        assert [f.kind for f in diagnose(FIX / fixture)] == ["nccl_timeout"]
+
+
+def test_childfailed_root_cause_sigkill():
+    failures = diagnose(FIX / "torchrun_2.1_childfailed_sigkill.txt")
+    assert [(f.kind, f.rank) for f in failures] == [("host_oom", 3), ("child_failed", 3)]
+    assert "exitcode -9" in failures[1].message and "node2" in failures[1].message
+
+
+def test_childfailed_after_cuda_oom_puts_the_oom_first():
+    failures = diagnose(FIX / "torchrun_2.3_childfailed_cuda_oom.txt")
+    assert [(f.kind, f.rank) for f in failures] == [("gpu_oom", 3), ("python_exception", 0),
+                                                   ("child_failed", 3)]
+    assert "another rank" in failures[1].hint  # a communication error is a consequence
+
+
+def test_time_limit_explains_the_kills_and_counts_once():
+    failures = diagnose(FIX / "slurm_22.05_time_limit.txt")
+    assert [f.kind for f in failures] == ["time_limit"]
+
+
+def test_engine_cpu_oom_is_one_host_oom():
+    p = parse_log(FIX / "labkit_engine_2026.txt")
+    assert [(f["kind"], f["rank"], f["line"]) for f in p.to_dict()["failures"]] == [("host_oom", 3, 9)]
+    assert "CPU allocator" in p.failure_records[0].message
+
+
+@pytest.mark.parametrize("state,kind", [("TIMEOUT", "time_limit"), ("OUT_OF_MEMORY", "host_oom"),
+                                        ("NODE_FAIL", "node_failure"), ("PREEMPTED", "preempted"),
+                                        ("CANCELLED by 0", "cancelled")])
+def test_job_state_fills_in_when_the_log_is_silent(state, kind):
+    failures = diagnose(["nothing to see"], job_state=state)
+    assert [(f.kind, f.line) for f in failures] == [(kind, None)]
+
+
+def test_exit_minus_9_without_a_cause_is_a_probable_host_oom():
+    assert [f.kind for f in diagnose(["ok"], exit_code=-9)] == ["host_oom"]
+    assert diagnose(["ok"], exit_code=1) == []
+    # the Slurm time limit explains a SIGKILL: no OOM guess then
+    assert [f.kind for f in diagnose(FIX / "slurm_22.05_time_limit.txt", exit_code=137)] == ["time_limit"]
+
+
+def test_detect_hang_by_iteration_timestamp(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(" [2026-11-22 03:30:01] iteration        5/      30 | lm loss: 7.0E+00 |\n"
+                   "some warning printed later\n")
+    t_last = time.mktime(time.strptime("2026-11-22 03:30:01", "%Y-%m-%d %H:%M:%S"))
+    os.utime(log, (t_last + 500, t_last + 500))  # the file kept changing, iterations did not
+    assert detect_hang(log, timeout_s=600, now=t_last + 300) is None
+    f = detect_hang(log, timeout_s=600, now=t_last + 900)
+    assert f is not None and f.kind == "hang" and "iteration 5" in f.message and "900 s" in f.message
+
+
+def test_detect_hang_by_mtime_and_missing_log(tmp_path):
+    log = tmp_path / "log.txt"
+    assert detect_hang(log, timeout_s=10) is None  # not started yet
+    log.write_text(" iteration        5/      30 | lm loss: 7.0E+00 |\n")
+    m = log.stat().st_mtime
+    assert detect_hang(log, timeout_s=10, now=m + 5) is None
+    assert detect_hang(log, timeout_s=10, now=m + 60).kind == "hang"

@@ -71,7 +71,8 @@ CASES = [
     ("cuda_error", "RuntimeError: CUDA error: unknown error", None, "CUDA_LAUNCH_BLOCKING"),
     ("cuda_error", "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
      "cuda error, NCCL version 2.14.3", None, "CUDA_LAUNCH_BLOCKING"),
-    ("cuda_error", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", None, "--exclude"),
+    ("cuda_error", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", None,
+     "--exclude"),
     # Slurm: new (17.02+) and old wordings
     ("time_limit", "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-03-04T00:00:07 DUE TO TIME "
      "LIMIT ***", None, "--time"),

@@ -74,7 +74,8 @@ def test_microsecond_timestamps_extra_losses_and_validation():
     p = parse_log(FIX / "megatron_lm_core_r0.10_2025.txt")
     row = _it(p.iterations, 200)
     assert row["timestamp"] == pd.Timestamp("2025-03-04 05:09:28.654321")
-    assert row["load_balancing_loss"] == pytest.approx(1.008811) and row["mtp_1_loss"] == pytest.approx(3.8112)
+    assert row["load_balancing_loss"] == pytest.approx(1.008811)
+    assert row["mtp_1_loss"] == pytest.approx(3.8112)
     assert len(p.iterations) == 2  # validation lines are not training records
     v = p.validation.to_dict("records")
     assert v[0] == {"split": "validation", "iteration": 200, "lm_loss": 3.498811, "lm_loss_ppl": 33.07801}
@@ -139,8 +140,8 @@ def test_prefixes_and_escapes(wrapped, rank):
 
 
 def test_crlf_invalid_utf8_and_hard_wrap(tmp_path):
-    data = ("using world size: 4, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel "
-            "size: 2, pipeline-model-parallel size: 2\r\n").encode()
+    data = (b"using world size: 4, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel "
+            b"size: 2, pipeline-model-parallel size: 2\r\n")
     data += b"\xff\xfe garbage \xc3\x28 bytes\r\n"
     wrapped = ENGINE_LINE.replace(" 5/", " 6/")
     data += (wrapped[:80] + "\r\n" + wrapped[80:160] + "\r\n" + wrapped[160:] + "\r\n").encode()

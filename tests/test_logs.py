@@ -76,7 +76,6 @@ def test_microsecond_timestamps_extra_losses_and_validation():
     assert row["timestamp"] == pd.Timestamp("2025-03-04 05:09:28.654321")
     assert row["load_balancing_loss"] == pytest.approx(1.008811)
     assert row["mtp_1_loss"] == pytest.approx(3.8112)
-    assert row["mtp_1_loss"] == pytest.approx(3.8112)
     assert len(p.iterations) == 2  # validation lines are not training records
     v = p.validation.to_dict("records")
     assert v[0] == {"split": "validation", "iteration": 200, "lm_loss": 3.498811, "lm_loss_ppl": 33.07801}

@@ -115,8 +115,7 @@ def plan(cfg: RunConfig) -> Plan:
     """Memory per stage, FLOPs, bubble and fits of a (validated) RunConfig."""
     first = stage_memory(cfg, 0)
     last = stage_memory(cfg, cfg.pp - 1)
-    peak = max(first.total, last.total)
-    need = required_gb(cfg, peak)
+    need = required_gb(cfg, first, last)
     limit = memory_limit_gb(cfg)
     return Plan(config=cfg, first_stage=first, last_stage=last, gpu_memory_gb=limit,
                 required_gb=need, fits=need <= limit,

@@ -13,16 +13,17 @@ Per rank and stage:
   (4 bytes); the distributed optimizer shards these over DP, as megatron does;
 * activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
   Models", section 4), generalised; per layer and microbatch, with e bytes per activation
-  element and 1-byte dropout masks:
-  LayerNorm inputs 2·sbh·e, QKV input sbh·e, Q and K (s·b·(h+kv)·e), V (sbkv·e),
-  attention scores: softmax output, dropout mask and output (2e+1)·a·s²·b, projection input
-  sbh·e, fc1 input sbh·e, fc1 output sb·f1·e, activation output sbf·e, two masks 2·sbh.
-  (For e = 2, kv = h, f = 4h this is Korthikanti's 34·sbh + 5·a·s²·b.) TP divides what it
-  splits; sequence parallel divides the rest too. The s² term goes with selective recompute or
-  flash attention; full recompute keeps one layer input per layer plus one layer's working set.
+  element: LayerNorm inputs 2·sbh·e, QKV input sbh·e, Q and K s·b·(h+kv)·e, V s·b·kv·e,
+  attention probabilities a·s²·b (fp32 softmax, plus a half copy in bf16/fp16), projection
+  input sbh·e, fc1 input sbh·e, fc1 output sb·f1·e, activation output sbf·e (SwiGLU: + sbf·e).
+  ``code/pretrain_gpt.py`` trains without dropout, so no masks are kept; with dropout (1-byte
+  masks, e = 2, half softmax, kv = h, f = 4h) the same count is Korthikanti's
+  34·sbh + 5·a·s²·b. TP divides what it splits; sequence parallel divides the rest too. The s²
+  term goes with selective recompute or flash attention; full recompute keeps one layer input
+  per layer plus one layer's working set.
   The first stage holds the most microbatches in flight: min(m, p - r) under 1F1B; under the
   interleaved schedule megatron's warm-up (2·(p - r - 1) + (v - 1)·p + 1 chunk microbatches).
-  The first stage also keeps the embedding's dropout mask and token ids;
+  The first stage also keeps the token and position ids (int64) of its in-flight microbatches;
 * logits (last stage): megatron-core's vocab-parallel cross entropy works in place on an fp32
   copy of the logits (s·b·V/t x 4 bytes), which later holds their gradient; in bf16/fp16 the
   output layer's half-precision logits live beside it (s·b·V/t x 2).
@@ -30,8 +31,11 @@ Per rank and stage:
 ``fits`` compares the peak stage with the memory limit after a margin: x 1.10 for the caching
 allocator's fragmentation, plus the process's fixed cost (CUDA context, cuBLAS/NCCL workspaces:
 1.0 GB on ``cuda``; interpreter + torch + megatron-core: 0.5 GB on ``cpu``). On ``cpu`` with
-``memory_limit_gb`` set, the limit is that budget (it is applied on top of the started process,
-so no fixed cost is added).
+``memory_limit_gb`` set, the limit is that budget, which ``code/pretrain_gpt.py`` applies on top
+of the process after the model and optimizer are built: it is compared with what is allocated
+later (optimizer moments, activations, logits) x 1.10, without a fixed cost. That cap is on
+address space (RLIMIT_AS), which also counts thread stacks and malloc arenas, so near the limit
+the CPU prediction is rougher than the GPU one.
 
 Where this differs from Megatron-LM's ``megatron/training/theoretical_memory_usage.py``, and why:
 
@@ -124,10 +128,16 @@ def total_params(cfg: RunConfig) -> int:
 
 
 # --- activations -----------------------------------------------------------------------------
-def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "config") -> float:
+def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "config",
+                               dropout: bool = False, softmax_in_fp32: bool = True) -> float:
     """Bytes one transformer layer keeps for backward, per microbatch, on one TP rank.
 
-    ``recompute`` defaults to the config's granularity; pass None for no recompute.
+    Args:
+        recompute: defaults to the config's granularity; None for no recompute.
+        dropout: count dropout masks and outputs (Korthikanti's setting). ``code/pretrain_gpt.py``
+            trains without dropout, where torch keeps neither.
+        softmax_in_fp32: megatron-core's default: in bf16/fp16 the attention softmax runs (and is
+            saved) in fp32, and a half-precision copy feeds the product with V.
     """
     rc = cfg.recompute_granularity if recompute == "config" else recompute
     h, a, kv, f, f1, t = _dims(cfg)
@@ -135,15 +145,22 @@ def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "confi
     sp = cfg.sequence_parallel
     if rc == "full":  # only the layer's input survives the forward pass
         return s * b * h * e / (t if sp else 1)
-    split = e * ((h + kv) + kv + h + f1 + f)  # Q and K, V, proj input, fc1 out, act out
-    unsplit = e * 4 * h + 2 * h  # 2 LayerNorm inputs, QKV and fc1 inputs; 2 dropout masks
+    # Q, K and V (views of the QKV output), projection input, fc1 output, activation output;
+    # SwiGLU also keeps silu(gate) for the product with the value half.
+    split = e * ((h + kv) + kv + h + f1 + f + (f if cfg.swiglu else 0))
+    unsplit = e * 4 * h  # LayerNorm inputs, QKV and fc1 inputs (LayerNorm outputs)
+    if dropout:
+        unsplit += 2 * h  # 1-byte masks after the projection and after fc2
     per_token = split / t + (unsplit / t if sp else unsplit)
     total = s * b * per_token
     if rc != "selective":
         if cfg.attention_backend == "flash":
             total += 4 * a * s * b / t  # only the softmax statistics (fp32) are kept
         else:
-            total += (2 * e + 1) * a * s * s * b / t  # softmax out, dropout mask, dropout out
+            softmax = 4 if (softmax_in_fp32 and e < 4) else e
+            copy = e if softmax != e else 0  # the half-precision probabilities for softmax·V
+            masks = (1 + e) if dropout else 0  # dropout mask and dropped probabilities
+            total += (softmax + copy + masks) * a * s * s * b / t
     return total
 
 
@@ -191,9 +208,9 @@ def stage_memory(cfg: RunConfig, pp_rank: int) -> StageMemory:
     act = chunks * layers_per_chunk * activation_bytes_per_layer(cfg)
     if cfg.recompute_granularity == "full":  # one layer is re-run at a time, fully stored
         act += activation_bytes_per_layer(cfg, recompute=None)
-    if pp_rank == 0:  # token ids (int64) and the embedding dropout mask, per microbatch
+    if pp_rank == 0:  # token ids and position ids (int64), per microbatch in flight
         first_chunk = min(cfg.num_microbatches, -(-chunks // v) if v > 1 else chunks)
-        act += first_chunk * s * b * (8 + h / sp_div)
+        act += first_chunk * s * b * 16
     logits = 0.0
     if pp_rank == p - 1:
         act += 2 * s * b * h * e / sp_div  # final LayerNorm input, output layer input
@@ -210,8 +227,14 @@ def memory_limit_gb(cfg: RunConfig) -> float:
     return float(cfg.gpu_memory_gb)
 
 
-def required_gb(cfg: RunConfig, peak_gb: float) -> float:
-    """Peak stage memory plus the documented margin (allocator factor + fixed process cost)."""
-    fixed = 0.0 if (cfg.device == "cpu" and cfg.memory_limit_gb is not None) \
-        else CONTEXT_GB[cfg.device]
-    return peak_gb * ALLOCATOR_FACTOR + fixed
+def required_gb(cfg: RunConfig, *stages: StageMemory) -> float:
+    """What ``fits`` compares with the limit: the largest stage plus the documented margin.
+
+    On ``cpu`` with ``memory_limit_gb`` the engine caps the address space on top of the process
+    as it is after building the model and the optimizer, so only what comes later counts:
+    Adam's moments (allocated at the first step), activations and logits.
+    """
+    if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
+        later = max(st.optimizer + st.activations + st.logits for st in stages)
+        return later * ALLOCATOR_FACTOR
+    return max(st.total for st in stages) * ALLOCATOR_FACTOR + CONTEXT_GB[cfg.device]

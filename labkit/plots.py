@@ -1,0 +1,155 @@
+"""matplotlib plots of parsed runs. Each takes a DataFrame and an optional ``ax``, returns the ``ax``.
+
+No ``plt.show()`` or ``savefig`` here: the notebook decides. Frames come from
+``labkit.logs.parse_run / load_runs`` (iterations, memory), ``labkit.metrics`` (throughput,
+scaling) and ``labkit.profiling`` (breakdown); axis labels carry the column's unit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from labkit.errors import LabkitError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+LABELS = {"iteration": "iteration", "lm_loss": "lm loss", "elapsed_ms": "time per iteration (ms)",
+          "tflops_per_gpu": "TFLOP/s per GPU", "tokens_per_sec": "tokens/s", "samples_per_sec": "samples/s",
+          "max_allocated_mb": "max allocated (MB)", "allocated_mb": "allocated (MB)",
+          "max_reserved_mb": "max reserved (MB)", "micro_batch_size": "micro batch size",
+          "world_size": "GPUs (world size)", "nodes": "nodes", "mfu": "MFU"}
+
+
+def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 4)) -> Axes:
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=figsize)[1]
+
+
+def _need(df: pd.DataFrame, *cols: str, what: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise LabkitError(f"{what} needs column(s) {missing}; the frame has {list(df.columns)}. "
+                          f"Build it with labkit.logs.load_runs / labkit.metrics.add_throughput.")
+
+
+def _lines(df: pd.DataFrame, x: str, y: str, by: str | None, ax: Axes, what: str, **kw) -> Axes:
+    _need(df, x, y, *([by] if by else []), what=what)
+    groups = df.groupby(by, sort=True) if by else [(None, df)]
+    for key, g in groups:
+        g = g.dropna(subset=[y]).sort_values(x)
+        ax.plot(g[x], g[y], label=None if key is None else str(key), **kw)
+    ax.set(xlabel=LABELS.get(x, x), ylabel=LABELS.get(y, y))
+    if by:
+        ax.legend(title=by)
+    return ax
+
+
+def plot_loss(df: pd.DataFrame, *, by: str | None = None, validation: pd.DataFrame | None = None,
+              ax: Axes | None = None) -> Axes:
+    """Training lm loss per iteration (one line per ``by`` group); validation points if given."""
+    ax = _lines(df, "iteration", "lm_loss", by, _ax(ax), "plot_loss")
+    if validation is not None and not validation.empty:
+        v = validation.dropna(subset=["iteration", "lm_loss"])
+        ax.plot(v["iteration"], v["lm_loss"], "o", color="black", label="validation")
+        ax.legend(title=by)
+    ax.set_title("loss")
+    return ax
+
+
+def plot_iteration_time(df: pd.DataFrame, *, by: str | None = None, ax: Axes | None = None) -> Axes:
+    """Time per iteration (ms); the first iterations are usually slow (warm-up)."""
+    ax = _lines(df, "iteration", "elapsed_ms", by, _ax(ax), "plot_iteration_time", marker=".")
+    ax.set_title("time per iteration")
+    return ax
+
+
+def plot_throughput(df: pd.DataFrame, *, y: str = "tflops_per_gpu", by: str | None = None,
+                    ax: Axes | None = None) -> Axes:
+    """Throughput per iteration: TFLOP/s per GPU (default), tokens/s or samples/s."""
+    ax = _lines(df, "iteration", y, by, _ax(ax), "plot_throughput", marker=".")
+    ax.set_title("throughput")
+    return ax
+
+
+def plot_memory(df: pd.DataFrame, *, y: str = "max_allocated_mb", limit_mb: float | None = None,
+                ax: Axes | None = None) -> Axes:
+    """Peak memory per rank (bars, the max over iterations) from a ``.memory`` frame."""
+    _need(df, "rank", y, what="plot_memory")
+    ax = _ax(ax)
+    per_rank = df.dropna(subset=["rank"]).groupby("rank")[y].max().sort_index()
+    ax.bar([str(int(r)) for r in per_rank.index], per_rank.values, color="tab:blue")
+    if limit_mb is not None:
+        ax.axhline(limit_mb, color="tab:red", linestyle="--", label=f"limit {limit_mb:g} MB")
+        ax.legend()
+    ax.set(xlabel="rank", ylabel=LABELS.get(y, y), title="memory per rank")
+    return ax
+
+
+def plot_throughput_vs_micro_batch(df: pd.DataFrame, *, y: str = "tokens_per_sec", by: str | None = None,
+                                   ax: Axes | None = None) -> Axes:
+    """Median throughput per micro batch size (one line per ``by`` group, e.g. "tp")."""
+    _need(df, "micro_batch_size", y, *([by] if by else []), what="plot_throughput_vs_micro_batch")
+    keys = ["micro_batch_size"] + ([by] if by else [])
+    med = df.groupby(keys)[y].median().reset_index()
+    ax = _lines(med, "micro_batch_size", y, by, _ax(ax), "plot_throughput_vs_micro_batch", marker="o")
+    ax.set_title("throughput vs micro batch size")
+    return ax
+
+
+def plot_scaling(df: pd.DataFrame, *, x: str = "world_size", y: str = "tokens_per_sec",
+                 ax: Axes | None = None) -> Axes:
+    """Median ``y`` per ``x`` (GPUs or nodes) with the ideal linear-scaling line from the smallest."""
+    _need(df, x, y, what="plot_scaling")
+    med = df.groupby(x)[y].median().sort_index()
+    if med.empty:
+        raise LabkitError("plot_scaling: no rows to plot")
+    ax = _ax(ax)
+    ax.plot(med.index, med.values, "o-", label="measured")
+    ideal = med.iloc[0] * np.asarray(med.index, dtype=float) / float(med.index[0])
+    ax.plot(med.index, ideal, "--", color="gray", label="ideal (linear)")
+    ax.set(xlabel=LABELS.get(x, x), ylabel=LABELS.get(y, y), title="scaling")
+    ax.legend()
+    return ax
+
+
+def plot_layout_grid(df: pd.DataFrame, *, value: str = "tokens_per_sec", ax: Axes | None = None) -> Axes:
+    """A TP x PP grid of a layout sweep: the median ``value`` per (tp, pp); blank = not run."""
+    _need(df, "tp", "pp", value, what="plot_layout_grid")
+    grid = df.groupby(["pp", "tp"])[value].median().unstack("tp").sort_index().sort_index(axis=1)
+    ax = _ax(ax)
+    data = grid.to_numpy(dtype=float)
+    im = ax.imshow(np.ma.masked_invalid(data), origin="lower", cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
+    ax.set_yticks(range(len(grid.index)), [str(i) for i in grid.index])
+    for (i, j), v in np.ndenumerate(data):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.3g}", ha="center", va="center", color="white", fontsize=9)
+    ax.figure.colorbar(im, ax=ax, label=LABELS.get(value, value))
+    ax.set(xlabel="tensor parallel (tp)", ylabel="pipeline parallel (pp)", title=f"{value} by layout")
+    return ax
+
+
+def plot_profile_breakdown(df: pd.DataFrame, *, normalize: bool = False, ax: Axes | None = None) -> Axes:
+    """Stacked bars per rank: compute, communication, memcpy, idle (ms, or fractions)."""
+    parts = ["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]
+    _need(df, "rank", *parts, what="plot_profile_breakdown")
+    ax = _ax(ax)
+    d = df.set_index("rank")[parts].astype(float)
+    if normalize:
+        d = d.div(d.sum(axis=1), axis=0)
+    bottom = np.zeros(len(d))
+    labels = [str(r) for r in d.index]
+    for col, color in zip(parts, ("tab:blue", "tab:orange", "tab:green", "lightgray"), strict=True):
+        ax.bar(labels, d[col].values, bottom=bottom, label=col.removesuffix("_ms"), color=color)
+        bottom += d[col].values
+    ax.set(xlabel="rank", ylabel="fraction of step" if normalize else "time per profiled window (ms)",
+           title="step time breakdown")
+    ax.legend()
+    return ax

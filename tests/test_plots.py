@@ -1,0 +1,70 @@
+"""Plots take a frame and an optional ax, return the ax, and draw what the frame says."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from labkit import plots  # noqa: E402
+from labkit.errors import LabkitError  # noqa: E402
+
+
+@pytest.fixture
+def runs():
+    rows = []
+    for tp, pp, mbs in ((1, 1, 1), (2, 1, 1), (1, 2, 2), (2, 2, 2)):
+        for it in range(1, 6):
+            rows.append({"name": f"tp{tp}pp{pp}", "tp": tp, "pp": pp, "micro_batch_size": mbs,
+                         "world_size": tp * pp, "iteration": it, "lm_loss": 8.0 - it * 0.1 * tp,
+                         "elapsed_ms": 100.0 * pp, "tflops_per_gpu": 1.0 * tp,
+                         "tokens_per_sec": 1000.0 * tp * pp * 0.9})
+    return pd.DataFrame(rows)
+
+
+def teardown_function():
+    plt.close("all")
+
+
+def test_line_plots_one_line_per_group(runs):
+    fig, ax = plt.subplots()
+    assert plots.plot_loss(runs, by="name", ax=ax) is ax
+    assert len(ax.get_lines()) == 4 and ax.get_ylabel() == "lm loss"
+    assert len(plots.plot_iteration_time(runs, by="name").get_lines()) == 4
+    ax = plots.plot_throughput(runs, y="tokens_per_sec", by="tp")
+    assert len(ax.get_lines()) == 2 and ax.get_ylabel() == "tokens/s"
+    val = pd.DataFrame({"iteration": [5], "lm_loss": [7.0]})
+    assert len(plots.plot_loss(runs[runs["name"] == "tp1pp1"], validation=val).get_lines()) == 2
+
+
+def test_memory_per_rank_and_limit():
+    mem = pd.DataFrame({"rank": [0, 1, 0, 1], "iteration": [1, 1, 2, 2],
+                        "max_allocated_mb": [10.0, 12.0, 11.0, 15.0]})
+    ax = plots.plot_memory(mem, limit_mb=500)
+    assert [p.get_height() for p in ax.patches] == [11.0, 15.0]
+
+
+def test_scaling_has_the_ideal_line(runs):
+    ax = plots.plot_scaling(runs)
+    measured, ideal = ax.get_lines()
+    assert list(ideal.get_ydata()) == pytest.approx([900.0, 1800.0, 3600.0])
+    assert list(measured.get_xdata()) == [1, 2, 4]
+
+
+def test_micro_batch_grid_and_profile(runs):
+    assert len(plots.plot_throughput_vs_micro_batch(runs, by="tp").get_lines()) == 2
+    ax = plots.plot_layout_grid(runs)
+    assert ax.images[0].get_array().shape == (2, 2) and len(ax.texts) == 4
+    prof = pd.DataFrame({"rank": [0, 1], "compute_ms": [5.0, 4.0], "communication_ms": [3.0, 4.0],
+                         "memcpy_ms": [1.0, 1.0], "idle_ms": [1.0, 1.0]})
+    ax = plots.plot_profile_breakdown(prof, normalize=True)
+    assert len(ax.patches) == 8 and sum(p.get_height() for p in ax.patches[:2]) == pytest.approx(0.9)
+
+
+def test_missing_column_is_a_clear_error(runs):
+    with pytest.raises(LabkitError, match=r"needs column\(s\) \['lm_loss'\]"):
+        plots.plot_loss(runs.drop(columns="lm_loss"))

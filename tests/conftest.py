@@ -31,3 +31,21 @@ def skip_or_fail(reason: str) -> None:
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The real Slurm mini-cluster (`labkit cluster up`: 2 nodes x 2 CPUs), started once per
+    session and stopped at the end if this session started it; yields its ClusterProfile."""
+    if os.geteuid() != 0:
+        skip_or_fail("the Slurm mini-cluster needs root (labkit cluster up); use backend='local'")
+    from labkit import localslurm
+
+    was_up = localslurm.is_up()
+    try:
+        profile = localslurm.cluster_up()
+    except Exception as e:  # noqa: BLE001 - any start-up failure is reported the same way
+        skip_or_fail(f"labkit cluster up failed: {e}")
+    yield profile
+    if not was_up:
+        localslurm.cluster_down()

@@ -129,15 +129,17 @@ def total_params(cfg: RunConfig) -> int:
 
 # --- activations -----------------------------------------------------------------------------
 def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "config",
-                               dropout: bool = False, softmax_in_fp32: bool = True) -> float:
+                               dropout: bool = False, fused_softmax: bool = False) -> float:
     """Bytes one transformer layer keeps for backward, per microbatch, on one TP rank.
 
     Args:
         recompute: defaults to the config's granularity; None for no recompute.
         dropout: count dropout masks and outputs (Korthikanti's setting). ``code/pretrain_gpt.py``
             trains without dropout, where torch keeps neither.
-        softmax_in_fp32: megatron-core's default: in bf16/fp16 the attention softmax runs (and is
-            saved) in fp32, and a half-precision copy feeds the product with V.
+        fused_softmax: a fused softmax kernel (Transformer Engine, Apex; Megatron-LM's default
+            on GPUs) saves the probabilities in bf16/fp16. The plain PyTorch path that
+            ``code/pretrain_gpt.py`` uses runs the softmax in fp32 (``attention_softmax_in_fp32``)
+            and keeps it, plus a half-precision copy for the product with V.
     """
     rc = cfg.recompute_granularity if recompute == "config" else recompute
     h, a, kv, f, f1, t = _dims(cfg)
@@ -157,7 +159,7 @@ def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "confi
         if cfg.attention_backend == "flash":
             total += 4 * a * s * b / t  # only the softmax statistics (fp32) are kept
         else:
-            softmax = 4 if (softmax_in_fp32 and e < 4) else e
+            softmax = 4 if (not fused_softmax and e < 4) else e
             copy = e if softmax != e else 0  # the half-precision probabilities for softmax·V
             masks = (1 + e) if dropout else 0  # dropout mask and dropped probabilities
             total += (softmax + copy + masks) * a * s * s * b / t
@@ -193,8 +195,15 @@ class StageMemory:
         return {**asdict(self), "total": self.total}
 
 
-def stage_memory(cfg: RunConfig, pp_rank: int) -> StageMemory:
-    """Weights, gradients, optimizer, activations and logits of one rank of stage ``pp_rank``."""
+def stage_memory(cfg: RunConfig, pp_rank: int, *, dropout: bool = False,
+                 fused_softmax: bool = False) -> StageMemory:
+    """Weights, gradients, optimizer, activations and logits of one rank of stage ``pp_rank``.
+
+    ``dropout`` and ``fused_softmax`` describe a Megatron-LM run (dropout 0.1, fused kernels)
+    rather than ``code/pretrain_gpt.py`` (no dropout, PyTorch softmax); see
+    ``activation_bytes_per_layer``.
+    """
+    knobs = {"dropout": dropout, "fused_softmax": fused_softmax}
     n = stage_params(cfg, pp_rank)
     e = element_bytes(cfg.precision)
     adam = 8 + (4 if e < 4 else 0)  # moments, plus fp32 master weights in mixed precision
@@ -205,9 +214,9 @@ def stage_memory(cfg: RunConfig, pp_rank: int) -> StageMemory:
     p, v = cfg.pp, cfg.vpp
     layers_per_chunk = cfg.num_layers // (p * v)
     chunks = in_flight_microbatches(cfg, pp_rank)
-    act = chunks * layers_per_chunk * activation_bytes_per_layer(cfg)
+    act = chunks * layers_per_chunk * activation_bytes_per_layer(cfg, **knobs)
     if cfg.recompute_granularity == "full":  # one layer is re-run at a time, fully stored
-        act += activation_bytes_per_layer(cfg, recompute=None)
+        act += activation_bytes_per_layer(cfg, recompute=None, **knobs)
     if pp_rank == 0:  # token ids and position ids (int64), per microbatch in flight
         first_chunk = min(cfg.num_microbatches, -(-chunks // v) if v > 1 else chunks)
         act += first_chunk * s * b * 16

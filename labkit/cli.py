@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="preflight checks of this machine / cluster")
     p.add_argument("--profile", help="cluster profile YAML")
+    p.add_argument("--backend", choices=["local", "slurm"],
+                   help="probe nodes with srun or locally (default: srun when sinfo answers)")
+    p.add_argument("--hostfile", help="DeepSpeed-style hostfile: check ssh/pdsh to its hosts")
+    p.add_argument("--nodes", type=int, help="nodes for the probe job (default: all up, <= 8)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per probe phase")
     p.add_argument("--json", action="store_true")
     return ap
 

@@ -1,0 +1,181 @@
+"""labkit doctor: the table and JSON contract, real local probes, real failures, the mini-cluster.
+
+Error paths are made for real: an interface that does not exist, a MASTER_ADDR that does not
+resolve, a run root that cannot be created, a hostfile host that ssh cannot reach, and on the
+mini-cluster the classic trap of an unset GLOO_SOCKET_IFNAME on nodes sharing one hostname.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import doctor
+from labkit.doctor_checks import CHECKS, FAIL, PASS, WARN, Result
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "doctor_table.txt"
+REGEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
+NODE_CHECKS = ("run root shared and writable", "MASTER_ADDR and port", "all-reduce across nodes")
+
+
+def _by_name(results: list[Result]) -> dict[str, Result]:
+    return {r.name: r for r in results}
+
+
+@pytest.fixture
+def clean_env(monkeypatch, run_root):
+    for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return run_root
+
+
+def test_checks_are_data_with_unique_names():
+    names = [n for n, _ in CHECKS]
+    assert len(names) == len(set(names)) >= 11
+    for want in ("python", "gpus", "slurm", "accounting", "run_root", "master", "clock", "ulimit",
+                 "interface", "hostfile", "allreduce"):
+        assert want in names
+
+
+def test_render_table_golden():
+    results = [
+        Result("python and packages", PASS, "Python 3.11.7; 13 pinned packages"),
+        Result("slurm accounting", WARN, "sacct does not answer (Slurm accounting storage is "
+               "disabled); labkit copes: job states come from squeue, scontrol and exit_code",
+               "nothing to do for labkit"),
+        Result("all-reduce across nodes", FAIL, "did not finish within 30s: {1: 'stopped in "
+               "phase allreduce'}", "check the interface"),
+    ]
+    text = doctor.render_table(results, width=90)
+    if REGEN or not GOLDEN.exists():
+        GOLDEN.write_text(text + "\n")
+    assert text + "\n" == GOLDEN.read_text(), (
+        f"doctor table differs from {GOLDEN}. If intended: LABKIT_REGEN_GOLDEN=1 "
+        f".venv/bin/python -m pytest tests/test_doctor.py")
+    assert text.splitlines()[-1] == "3 checks: 1 PASS, 1 WARN, 1 FAIL"
+    assert "fix: check the interface" in text and "fix: nothing" in text
+
+
+def test_local_probe_passes_on_this_machine(clean_env):
+    results = doctor.run_doctor(backend="local", timeout_s=20)
+    by = _by_name(results)
+    assert len(results) == len(CHECKS)
+    for r in results:
+        assert r.status in (PASS, WARN, FAIL) and r.detail
+        if r.status != PASS:
+            assert r.fix, f"{r.name} is {r.status} without a fix"
+    for name in NODE_CHECKS + ("python and packages", "clock skew",
+                               "network interface (NCCL/gloo)"):
+        assert by[name].status == PASS, by[name]
+    assert "sum 2 = world size" in by["all-reduce across nodes"].detail
+    assert not list(clean_env.glob(".doctor/*")), "the probe's scratch folder is left behind"
+
+
+def test_wrong_interface_fails_interface_and_allreduce(clean_env, monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
+    by = _by_name(doctor.run_doctor(backend="local", timeout_s=15))
+    iface = by["network interface (NCCL/gloo)"]
+    assert iface.status == FAIL and "GLOO_SOCKET_IFNAME=nosuch0" in iface.detail
+    assert "lo" in iface.detail and "GLOO_SOCKET_IFNAME=" in iface.fix
+    ar = by["all-reduce across nodes"]
+    assert ar.status == FAIL and "nosuch0" in ar.detail
+
+
+def test_unresolvable_master_addr_fails(clean_env, monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "no-such-head.invalid")
+    results = doctor.run_doctor(backend="local", timeout_s=5,
+                                checks=[c for c in CHECKS if c[0] in ("master", "allreduce")])
+    by = _by_name(results)
+    m = by["MASTER_ADDR and port"]
+    assert m.status == FAIL and "no-such-head.invalid" in m.detail and m.fix
+    assert by["all-reduce across nodes"].status == FAIL
+
+
+def test_run_root_that_cannot_exist_fails(clean_env, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LABKIT_RUN_ROOT", str(blocker / "runs"))
+    by = _by_name(doctor.run_doctor(backend="local", timeout_s=5,
+                                    checks=[c for c in CHECKS if c[0] == "run_root"]))
+    r = by["run root shared and writable"]
+    assert r.status == FAIL and str(blocker) in r.detail and "LABKIT_RUN_ROOT" in r.fix
+
+
+def test_hostfile_with_unreachable_host_fails(tmp_path, clean_env):
+    hf = tmp_path / "hostfile"
+    hf.write_text("# DeepSpeed hostfile\nno-such-node.invalid slots=2\n")
+    by = _by_name(doctor.run_doctor(backend="local", hostfile=hf,
+                                    checks=[c for c in CHECKS if c[0] == "hostfile"]))
+    r = by["ssh / pdsh to hostfile hosts"]
+    assert r.status == FAIL and "no-such-node.invalid" in r.detail and "ssh-copy-id" in r.fix
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    r = doctor.run_doctor(hostfile=empty, checks=[c for c in CHECKS if c[0] == "hostfile"])[0]
+    assert r.status == FAIL and "no hosts" in r.detail
+
+
+def test_cli_json_contract_and_exit_code(clean_env):
+    p = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--backend", "local", "--json",
+                        "--timeout", "20"], capture_output=True, text=True, timeout=180)
+    doc = json.loads(p.stdout)  # stdout holds only the JSON document
+    assert set(doc) == {"checks"}
+    for c in doc["checks"]:
+        assert set(c) == {"name", "status", "detail", "fix"}
+        assert c["status"] in ("PASS", "WARN", "FAIL")
+    failed = [c for c in doc["checks"] if c["status"] == "FAIL"]
+    assert p.returncode == (1 if failed else 0), failed
+    assert "[labkit]" in p.stderr  # progress goes to stderr
+
+
+# --- the real mini-cluster ------------------------------------------------------------------
+@pytest.fixture
+def minicluster(request):
+    """The jobs issue's session fixture when it exists, else a mini-cluster that is already up."""
+    from conftest import skip_or_fail
+
+    for name in ("slurm_cluster", "minicluster_session", "local_slurm"):
+        try:
+            return request.getfixturevalue(name)
+        except pytest.FixtureLookupError:
+            continue
+    from labkit import localslurm
+
+    if not localslurm.is_up():
+        skip_or_fail("the local Slurm mini-cluster is not up (labkit cluster up)")
+    return localslurm.local_profile()
+
+
+@pytest.mark.slurm
+def test_doctor_on_minicluster_passes(minicluster, clean_env):
+    from labkit import localslurm
+
+    results = doctor.run_doctor(localslurm.local_profile(), timeout_s=30)
+    by = _by_name(results)
+    bad = [r for r in results if r.status == FAIL]
+    assert not bad, bad
+    assert "2 node(s) via srun" in by["all-reduce across nodes"].detail
+    assert "NodeAddr" in by["MASTER_ADDR and port"].detail
+    assert by["slurm accounting"].status == WARN  # the mini-cluster has no slurmdbd
+    assert "eth0" in by["network interface (NCCL/gloo)"].detail
+
+
+@pytest.mark.slurm
+def test_doctor_on_minicluster_catches_unset_socket_ifname(minicluster, clean_env):
+    """Nodes share one hostname that resolves to 127.0.0.1: without GLOO_SOCKET_IFNAME gloo
+    advertises loopback to the other node, and the all-reduce cannot finish."""
+    from labkit import localslurm
+
+    profile = localslurm.local_profile().replace(env={})
+    by = _by_name(doctor.run_doctor(profile, timeout_s=10, checks=[
+        c for c in CHECKS if c[0] in ("interface", "allreduce")]))
+    iface = by["network interface (NCCL/gloo)"]
+    assert iface.status == FAIL and "loopback" in iface.detail
+    assert "GLOO_SOCKET_IFNAME=eth0" in iface.fix
+    assert by["all-reduce across nodes"].status == FAIL

@@ -9,6 +9,7 @@ consumed samples, and each rank's RNG states.
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,10 @@ def save(ckpt_root: Path, iteration: int, consumed_samples: int, model: list[tor
     """Save on all ranks; the tracker file is written by rank 0 after every rank finished."""
     d = iter_dir(ckpt_root, iteration)
     if torch.distributed.get_rank() == 0:
+        if d.exists() and latest_iteration(ckpt_root) != iteration:
+            # A save that was killed before its tracker update: unusable, and in the way
+            # (dist_checkpointing refuses a non-empty folder). Keep it aside, don't delete.
+            d.rename(d.with_name(f"{d.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"))
         d.mkdir(parents=True, exist_ok=True)
     torch.distributed.barrier()
     extra = {"iteration": iteration, "consumed_samples": consumed_samples, "layout": list(layout)}
@@ -82,6 +87,15 @@ def save(ckpt_root: Path, iteration: int, consumed_samples: int, model: list[tor
         tmp.write_text(f"{iteration}\n")
         tmp.replace(ckpt_root / TRACKER)
     return d
+
+
+def set_aside(ckpt_root: Path) -> Path | None:
+    """Move an existing checkpoint folder aside (a run restarted with --no-resume)."""
+    if not ckpt_root.is_dir() or not any(ckpt_root.iterdir()):
+        return None
+    aside = ckpt_root.with_name(f"{ckpt_root.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    ckpt_root.rename(aside)
+    return aside
 
 
 def load(ckpt_root: Path, model: list[torch.nn.Module], optimizer: Any, scheduler: Any,

@@ -50,7 +50,9 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         recompute_method="uniform" if cfg.recompute_granularity == "full" else None,
         recompute_num_layers=1 if cfg.recompute_granularity == "full" else None,
         use_cpu_initialization=True,
-        perform_initialization=False,  # layout_invariant_init below does it
+        # megatron's init also marks which weights are TP-sharded (partition_dim/stride);
+        # layout_invariant_init then overwrites the values.
+        perform_initialization=True,
         # Fused kernels need CUDA (and Apex/TE); the plain PyTorch paths are the teaching ones.
         bias_activation_fusion=False,
         masked_softmax_fusion=False,
@@ -177,7 +179,8 @@ def build_optimizer(cfg: Any, model: list[torch.nn.Module]) -> tuple[Any, Optimi
         max_lr=cfg.lr,
         min_lr=cfg.min_lr,
         lr_warmup_steps=cfg.lr_warmup_iters,
-        lr_decay_steps=cfg.train_iters,
+        # megatron-core needs decay to end after warmup; RunConfig allows warmup == train_iters.
+        lr_decay_steps=max(cfg.train_iters, cfg.lr_warmup_iters + 1),
         lr_decay_style="cosine",
         start_wd=cfg.weight_decay,
         end_wd=cfg.weight_decay,

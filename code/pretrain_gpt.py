@@ -44,6 +44,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+import warnings  # noqa: E402
+
+# megatron-core and torch.distributed.checkpoint warn on every rank about optional GPU packages
+# and deprecations we cannot act on; they would bury the training log.
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
+warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
+
 import torch  # noqa: E402
 
 import cpu_compat  # noqa: E402
@@ -167,6 +175,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     model, tcfg = engine_model.build_model(cfg, on_cuda)
     if dp_rank == 0:
         log.emit(L.params_line(tp_rank, pp_rank, engine_model.count_parameters(model)))
+    STATE["phase"] = "optimizer build"
     optimizer, scheduler = engine_model.build_optimizer(cfg, model)
     engine_model.wire_schedule_hooks(tcfg, model, optimizer)
     # --- data ------------------------------------------------------------------------------
@@ -177,6 +186,10 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     # --- resume ----------------------------------------------------------------------------
     iteration, consumed = 0, 0
     layout = (cfg.pp, cfg.tp, cfg.dp)
+    if not resume and rank == 0:
+        aside = engine_ckpt.set_aside(ckpt_root)
+        if aside:
+            log.emit(f"[labkit] --no-resume: moved the old checkpoints to {aside}")
     if resume and engine_ckpt.latest_iteration(ckpt_root) is not None:
         STATE["phase"] = "checkpoint load"
         iteration, consumed, d = engine_ckpt.load(ckpt_root, model, optimizer, scheduler, layout)
@@ -357,7 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             log.emit(oom_line(rank=rank, tp_rank=STATE["tp"], pp_rank=STATE["pp"],
                               phase=STATE["phase"], iteration=STATE["iteration"], exc=exc,
                               limit_gb=cfg.memory_limit_gb), err=True)
-            log.emit(f"{type(exc).__module__}.{type(exc).__name__}: {exc}".strip(), err=True)
+            kind = type(exc).__name__ if type(exc).__module__ == "builtins" else \
+                f"{type(exc).__module__}.{type(exc).__name__}"
+            log.emit(f"{kind}: {exc}".strip(), err=True)
+        elif "closed by peer" in str(exc) or "Connection reset" in str(exc):
+            # Another rank died first (its own report says why); one line here is enough.
+            log.emit(f"[labkit] rank {rank} stopped during {STATE['phase']} at iteration "
+                     f"{STATE['iteration']}: a peer rank exited ({str(exc).splitlines()[0]})",
+                     err=True)
         elif not isinstance(exc, SystemExit):
             log.emit(f"[labkit] rank {rank} failed during {STATE['phase']} at iteration "
                      f"{STATE['iteration']}:\n{traceback.format_exc().rstrip()}", err=True)

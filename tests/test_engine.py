@@ -1,0 +1,105 @@
+"""code/pretrain_gpt.py trains for real: megatron-core GPT, torchrun, gloo, the default corpus."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from engine_runs import ensure_data, kill_all, launch, losses, make_config, train, wait_for
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _data():
+    ensure_data()
+
+
+def _first_last(run_dir):
+    ls = losses(run_dir)
+    its = sorted(ls)
+    return ls[its[0]], ls[its[-1]], its
+
+
+@pytest.mark.parametrize("layout", [
+    dict(tensor_model_parallel_size=2),
+    dict(pipeline_model_parallel_size=2),
+    dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=2),
+    dict(dp=2),
+], ids=["tp2", "pp2", "tp2xpp2", "dp2"])
+def test_layout_trains_with_falling_loss(tmp_path, layout):
+    run_dir = train(tmp_path, "layout", train_iters=30, log_interval=5, eval_interval=30,
+                    **layout)
+    log = (run_dir / "log.txt").read_text()
+    tp = layout.get("tensor_model_parallel_size", 1)
+    pp = layout.get("pipeline_model_parallel_size", 1)
+    dp = layout.get("dp", 1)
+    assert (f"using world size: {tp * pp * dp}, data-parallel size: {dp}, context-parallel size: "
+            f"1, tensor-model-parallel size: {tp}, pipeline-model-parallel size: {pp}") in log
+    # One parameter line per (tensor, pipeline) rank, printed by DP rank 0 only.
+    params = re.findall(r"model parallel rank \((\d+), (\d+)\): (\d+)", log)
+    assert sorted((int(t), int(p)) for t, p, _ in params) == \
+        sorted((t, p) for t in range(tp) for p in range(pp))
+    first, last, its = _first_last(run_dir)
+    assert its == [5, 10, 15, 20, 25, 30]
+    assert math.isfinite(last) and last < first - 0.5, (first, last)
+    assert "validation loss at iteration 30 | lm loss value:" in log
+    assert re.search(r"\[Rank 0\] \(after 5 iterations\) memory \(MB\) \| allocated: [\d.]+", log)
+    assert (run_dir / "exit_code").read_text().strip() == "0"
+    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "30\n"
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+
+
+def test_layouts_agree_on_the_loss(tmp_path):
+    """Same seed and data: TP=1, TP=2 and PP=2 compute the same model, so the same loss."""
+    common = dict(train_iters=10, log_interval=1, lr_warmup_iters=2)
+    runs = {name: losses(train(tmp_path, name, **common, **layout)) for name, layout in [
+        ("tp1", {}), ("tp2", dict(tensor_model_parallel_size=2)),
+        ("pp2", dict(pipeline_model_parallel_size=2))]}
+    ref = runs["tp1"]
+    assert sorted(ref) == list(range(1, 11))
+    for name in ("tp2", "pp2"):
+        assert runs[name][1] == pytest.approx(ref[1], rel=1e-5), name
+        for it in range(1, 11):
+            assert runs[name][it] == pytest.approx(ref[it], abs=2e-3), (name, it)
+
+
+def test_resume_after_sigkill_continues_the_curve(tmp_path):
+    layout = dict(tensor_model_parallel_size=2, train_iters=20, save_interval=5, log_interval=1)
+    reference = losses(train(tmp_path, "straight", **layout))
+
+    cfg, run_dir = make_config(tmp_path, "killed", **layout)
+    proc = launch(cfg, run_dir)
+    tracker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    wait_for(tracker, proc=proc)
+    kill_all(proc)  # SIGKILL: no chance to clean up, like a node failure
+    saved = int(tracker.read_text())
+    assert 5 <= saved < 20
+
+    proc = launch(cfg, run_dir)
+    assert proc.wait(timeout=600) == 0, (run_dir / "torchrun.out").read_text()[-3000:]
+    log = (run_dir / "log.txt").read_text()
+    assert f"resumed from {run_dir / 'checkpoints' / f'iter_{saved:07d}'} at iteration {saved}" \
+        in log
+    after = losses(run_dir)
+    assert sorted(after) == list(range(1, 21))
+    # Iterations after the checkpoint were (re)done by the resumed run: the curve must match.
+    for it in range(saved + 1, 21):
+        assert after[it] == pytest.approx(reference[it], abs=1e-4), it
+    assert (run_dir / "exit_code").read_text().strip() == "0"
+
+
+def test_memory_cap_is_a_real_out_of_memory(tmp_path):
+    run_dir = train(tmp_path, "oom", check=False, tensor_model_parallel_size=2,
+                    micro_batch_size=256, global_batch_size=256, seq_length=128,
+                    max_position_embeddings=128, memory_limit_gb=0.2, train_iters=4)
+    log = (run_dir / "log.txt").read_text()
+    m = re.search(r"\[labkit\] out of memory on rank (\d) \(tensor, pipeline\) = \((\d), 0\) "
+                  r"during (forward-backward|optimizer step) at iteration 1: tried to allocate "
+                  r"(\d+) bytes \(memory_limit_gb=0.2\)", log)
+    assert m, log[-3000:]
+    assert int(m.group(4)) > 0
+    assert "DefaultCPUAllocator: can't allocate memory" in log
+    assert "iteration        1/" not in log
+    assert int((run_dir / "exit_code").read_text()) != 0

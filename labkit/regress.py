@@ -45,6 +45,7 @@ TOLERANCES: list[tuple[str, str, float]] = [
     ("_mb", "up", 1.5),
     ("_gb", "up", 1.5),
     ("_per_sec", "down", 3.0),
+    ("_gbps", "down", 3.0),
     ("loss", "both", 0.15),
     ("efficiency", "both", 0.5),
     ("fraction", "both", 0.05),

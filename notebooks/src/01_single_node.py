@@ -1,0 +1,126 @@
+# %% [markdown]
+# # 01 Single node
+#
+# **What you will learn**
+# - how one `RunConfig` describes a training run, and the numbers it derives;
+# - how to render and read the job script (sbatch or local launch) before submitting it;
+# - how to submit a 1-node data-parallel run and wait for it with a progress bar;
+# - how to read the world-size line and the iteration lines as a table, and plot loss and
+#   iteration time.
+
+# %% tags=["parameters"]
+profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
+backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
+cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+nodes = 1  # this notebook stays on one node
+gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
+train_iters = 10  # iterations of the run; keep it small on CPU
+run_name = "nb01_dp"  # the run's folder: runs/<run_name>/ (notebook 02 reuses this run)
+
+# %% [markdown]
+# ## 0 Versions
+
+# %%
+from labkit.report import versions
+
+versions()
+
+# %% [markdown]
+# ## 1 A RunConfig
+#
+# One frozen, validated object describes the run: model, batch, layout and where it runs. Field
+# names are Megatron-LM's argument names (`tensor_model_parallel_size` is
+# `--tensor-model-parallel-size`). A wrong combination fails here, before anything is submitted.
+
+# %%
+from labkit.config import RunConfig
+
+cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
+                            gpus_per_node=gpus_per_node, train_iters=train_iters)
+print(cfg.summary())
+
+# %% [markdown]
+# **Exercise 1.1**: with data parallelism every rank processes `micro_batch_size` samples at a
+# time, and gradients are accumulated until the global batch is complete. How many microbatches
+# does each rank run per iteration?
+
+# %%
+from labkit.exercises import FIXME, check_num_microbatches
+
+num_microbatches = cfg.global_batch_size // (cfg.micro_batch_size * cfg.dp)  # EXERCISE
+check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size,
+                       micro_batch_size=cfg.micro_batch_size, dp=cfg.dp)
+
+# %% [markdown]
+# ## 2 Render and read the job script
+#
+# labkit renders the script it will run; read it before you submit. On Slurm it is an sbatch
+# script (`#SBATCH` lines, then `srun torchrun ... pretrain_gpt.py --config config.json`); with
+# the local backend, one `torchrun` per simulated node on this machine.
+
+# %%
+from labkit.cluster import resolve_profile
+from labkit.paths import run_root
+from labkit.render import render_local, render_sbatch
+
+if backend == "slurm":
+    print(render_sbatch(cfg, resolve_profile(cluster), run_root() / cfg.name))
+else:
+    print(render_local(cfg, run_root() / cfg.name))
+
+# %% [markdown]
+# ## 3 Submit and wait
+#
+# `launch` submits the run and waits with a progress bar of the training iterations. (If the
+# very same run already finished, it is reused instead of trained again.)
+
+# %%
+from labkit.report import launch
+
+job = launch(cfg, cluster=cluster)
+print(job.state(), job.run_dir)
+assert job.state() == "COMPLETED", job.tail(30)
+
+# %% [markdown]
+# ## 4 The world-size line and the iteration lines
+#
+# The training script prints Megatron-LM's log format. The first line to look for says how the
+# ranks were divided; then one line per iteration. `parse_run` turns them into DataFrames.
+
+# %%
+print([ln for ln in job.tail(400).splitlines() if "using world size" in ln][0])
+
+# %%
+from labkit.logs import parse_run
+
+run = parse_run(job.run_dir)
+print(run.layout)
+run.iterations[["iteration", "elapsed_ms", "lm_loss", "lr", "grad_norm", "tokens_per_sec"]]
+
+# %% [markdown]
+# ## 5 Loss and iteration time
+
+# %%
+import matplotlib.pyplot as plt
+
+from labkit.plots import plot_iteration_time, plot_loss
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+plot_loss(run.iterations, ax=axes[0])
+plot_iteration_time(run.iterations, ax=axes[1])
+plt.show()
+
+# %%
+from labkit.regress import record_run
+
+record_run("dp_1node", run.iterations, run.memory)
+
+# %% [markdown]
+# ## Summary
+#
+# - A `RunConfig` is the one description of a run; `summary()` prints what it implies.
+# - Read the rendered script before submitting; `launch` submits and waits.
+# - The log's world-size line confirms the layout; `parse_run` gives iterations and memory as
+#   DataFrames, ready to plot.
+#
+# Next: **02**, the same training on two nodes.

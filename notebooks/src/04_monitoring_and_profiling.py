@@ -1,0 +1,108 @@
+# %% [markdown]
+# # 04 Monitoring and profiling
+#
+# **What you will learn**
+# - how to follow a running job (a small job monitor) instead of `squeue` and `sleep`;
+# - how to read a run's TensorBoard scalars back into a DataFrame and plot them, and how to open
+#   TensorBoard itself;
+# - how a PyTorch profiler trace becomes a compute / communication / idle breakdown.
+
+# %% tags=["parameters"]
+profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
+backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
+cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+nodes = 1  # nodes of the profiled run
+gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
+train_iters = 10  # iterations of the run (the profiler records iterations 3-5)
+run_name = "nb04_profiled"  # the run's folder under runs/
+
+# %% [markdown]
+# ## 0 Versions
+
+# %%
+from labkit.report import versions
+
+versions()
+
+# %% [markdown]
+# ## 1 Submit a profiled run and watch it
+#
+# `profile=True` records torch.profiler traces of a few iterations on rank 0 into
+# `runs/<name>/profile/`. The monitor below refreshes the job's state and last log lines until it
+# ends (in a live notebook it updates in place).
+
+# %%
+from labkit.config import RunConfig
+from labkit.report import launch
+from labkit.widgets import job_monitor
+
+cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
+                            gpus_per_node=gpus_per_node, train_iters=train_iters)
+cfg = cfg.replace(profile=True)  # RunConfig.profile: record torch.profiler traces
+job = launch(cfg, cluster=cluster, wait=False)
+final = job_monitor(job, refresh_s=2.0)
+assert final == "COMPLETED", job.tail(30)
+
+# %% [markdown]
+# ## 2 TensorBoard scalars
+#
+# The training script writes TensorBoard event files to `runs/<name>/tb/`. To browse them:
+# in a terminal `tensorboard --logdir runs --port 6006` (on a cluster, forward the port:
+# `ssh -L 6006:localhost:6006 login-node`), or inside Jupyter `%load_ext tensorboard` then
+# `%tensorboard --logdir runs`. Here we read them back as a DataFrame.
+
+# %%
+from labkit.tb import read_scalars
+
+tb = read_scalars(job.run_dir / "tb")
+print(sorted(tb["tag"].unique()))
+tb.head()
+
+# %%
+import matplotlib.pyplot as plt
+
+tags = [t for t in ("lm-loss", "iteration-time", "throughput") if t in set(tb["tag"])]
+fig, axes = plt.subplots(1, len(tags), figsize=(4 * len(tags), 3.2), squeeze=False)
+for ax, tag in zip(axes[0], tags):
+    d = tb[tb["tag"] == tag]
+    ax.plot(d["step"], d["value"], marker="o")
+    ax.set(title=tag, xlabel="iteration")
+plt.show()
+
+# %% [markdown]
+# ## 3 Profiler trace: where the time goes
+#
+# The trace lists every operator and kernel with its start and duration. labkit sums them into
+# compute (matmuls, attention, ...), communication (all-reduce, send/recv, ...) and idle (gaps
+# where the rank waits).
+
+# %%
+print(sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())[:10])
+
+# %%
+from labkit import profiling
+
+breakdown = profiling.breakdown(job.run_dir / "profile")
+breakdown
+
+# %%
+from labkit.plots import plot_profile_breakdown
+
+plot_profile_breakdown(breakdown)
+plt.show()
+
+# %%
+from labkit.logs import parse_run
+from labkit.regress import record_run
+
+run = parse_run(job.run_dir)
+record_run("profiled", run.iterations, run.memory)
+
+# %% [markdown]
+# ## Summary
+#
+# - A job monitor (or `job.wait()`) replaces `squeue` + `sleep` + `tail`.
+# - TensorBoard scalars are plain data: `read_scalars` gives a DataFrame you can plot.
+# - A profiler trace answers "compute bound or communication bound?" with numbers.
+#
+# Next: **05**, batch size, throughput and running out of memory.

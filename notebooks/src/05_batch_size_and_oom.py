@@ -1,0 +1,137 @@
+# %% [markdown]
+# # 05 Batch size and out-of-memory
+#
+# **What you will learn**
+# - how throughput (tokens/s) changes with the micro batch size;
+# - how the planner predicts memory per rank, and which micro batch still fits;
+# - what a real out-of-memory failure looks like, how labkit's parser finds it, and that the
+#   planner had predicted it before the job was submitted.
+
+# %% tags=["parameters"]
+profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
+backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
+cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+nodes = 1  # nodes of the runs in this notebook
+gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
+train_iters = 10  # iterations per run; keep it small on CPU
+micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
+one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
+memory_limit_gb = 0.1  # per-rank memory cap of the OOM demo (CPU: a real address-space limit)
+oom_micro_batch = 64  # a micro batch that does not fit under memory_limit_gb
+run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
+
+# %% [markdown]
+# ## 0 Versions
+
+# %%
+from labkit.report import versions
+
+versions()
+
+# %% [markdown]
+# ## 1 Throughput vs micro batch
+#
+# Same global batch, different micro batches: a bigger micro batch means fewer, larger
+# matrix multiplications per iteration (fewer microbatches to accumulate).
+
+# %%
+from labkit.config import RunConfig
+from labkit.report import launch
+
+base = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=nodes,
+                             gpus_per_node=gpus_per_node, train_iters=train_iters)
+gbs = max(micro_batches) * base.dp
+jobs = []
+for m in micro_batches:
+    cfg = base.replace(micro_batch_size=m, global_batch_size=gbs, name=f"{run_prefix}_mbs{m}")
+    if cfg.replace(name=one_node_run) == base:
+        cfg = base  # the very run of notebook 01: reused, not trained again
+    jobs.append(launch(cfg, cluster=cluster))
+assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) for j in jobs]
+
+# %%
+import matplotlib.pyplot as plt
+
+from labkit.logs import load_runs
+from labkit.plots import plot_throughput_vs_micro_batch
+
+df = load_runs([j.run_dir for j in jobs])
+plot_throughput_vs_micro_batch(df)
+plt.show()
+
+# %%
+from labkit.report import steady_median
+
+tput = {m: steady_median(df[df["micro_batch_size"] == m], "tokens_per_sec") for m in micro_batches}
+print({m: f"{v:,.0f} tokens/s" for m, v in tput.items()})
+
+# %% [markdown]
+# ## 2 What fits? Ask the planner
+#
+# The planner adds up weights, gradients, optimizer state, activations and logits per rank.
+# With `memory_limit_gb` on CPU, the engine caps what a process may allocate after building the
+# model, so the planner counts what comes later (optimizer moments, activations, logits).
+
+# %%
+from labkit.planner import plan
+
+sizes = sorted({1, 2, 4, 8, 16, 32, oom_micro_batch})
+need = {m: plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp,
+                             memory_limit_gb=memory_limit_gb)).required_gb for m in sizes}
+{m: f"{gb:.3f} GB" for m, gb in need.items()}
+
+# %% [markdown]
+# **Exercise 2.1**: what is the largest micro batch (of those above) that fits under
+# `memory_limit_gb`?
+
+# %%
+from labkit.exercises import FIXME, check_max_micro_batch
+
+largest_fitting = max(m for m, gb in need.items() if gb <= memory_limit_gb)  # EXERCISE
+check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=memory_limit_gb)
+
+# %% [markdown]
+# ## 3 A micro batch that does not fit
+#
+# The planner says no; we submit anyway to see the real failure.
+
+# %%
+oom_cfg = base.replace(name=f"{run_prefix}_oom", micro_batch_size=oom_micro_batch,
+                       global_batch_size=oom_micro_batch * base.dp,
+                       memory_limit_gb=memory_limit_gb, train_iters=min(train_iters, 3))
+oom_plan = plan(oom_cfg)
+print(oom_plan.summary())
+assert not oom_plan.fits, "the planner should predict that this micro batch does not fit"
+
+# %%
+oom_job = launch(oom_cfg, cluster=cluster, reuse=False, progress=False)
+print(oom_job.state())
+print(oom_job.tail(8))
+
+# %%
+from labkit.logs import diagnose
+
+failures = diagnose(oom_job.log_path, exit_code=oom_job.exit_code(),
+                    job_state=str(oom_job.state()))
+for f in failures[:3]:
+    print(f"{f.kind}: {f.message}\n  hint: {f.hint}")
+assert str(oom_job.state()) in ("FAILED", "OUT_OF_MEMORY"), oom_job.state()
+assert failures and failures[0].kind in ("host_oom", "gpu_oom"), failures
+
+# %%
+from labkit.regress import record
+
+for m, v in tput.items():
+    record(f"mbs{m}.tokens_per_sec", v)
+record("oom_detected", failures[0].kind)
+record("oom_predicted", not oom_plan.fits)
+
+# %% [markdown]
+# ## Summary
+#
+# - Larger micro batches raise throughput until memory runs out.
+# - The planner predicts memory per rank before you queue; its `fits` verdict matched the run.
+# - An out-of-memory job fails with the allocator's own error; `labkit.logs.diagnose` names it
+#   (`host_oom` on CPU, `gpu_oom` on GPUs) and suggests a fix.
+#
+# Next: **06**, splitting the model itself with tensor and pipeline parallelism.

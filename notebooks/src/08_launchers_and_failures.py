@@ -1,0 +1,133 @@
+# %% [markdown]
+# # 08 Launchers and failures
+#
+# **What you will learn**
+# - two ways to start the same multi-node job: Slurm's `srun` + `torchrun`, and a DeepSpeed-style
+#   launch from a hostfile;
+# - how to kill a running job and resume it from its last checkpoint;
+# - how to diagnose a failed job with labkit: the cause and a hint, instead of scrolling logs.
+
+# %% tags=["parameters"]
+profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
+backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
+cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+nodes = 1  # nodes of the runs in this notebook
+gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
+train_iters = 40  # iterations of the run we kill part-way (long enough to catch it running)
+save_interval = 5  # checkpoint every N iterations
+kill_at = 12  # cancel the job once the log shows this iteration
+run_prefix = "nb08"  # runs go to runs/<run_prefix>_*/
+
+# %% [markdown]
+# ## 0 Versions
+
+# %%
+from labkit.report import versions
+
+versions()
+
+# %% [markdown]
+# ## 1 Two launchers for one job
+#
+# **Slurm + torchrun**: sbatch allocates the nodes, `srun` starts one `torchrun` per node, each
+# `torchrun` starts `gpus_per_node` ranks that meet at the head node.
+
+# %%
+from labkit.cluster import resolve_profile
+from labkit.config import RunConfig
+from labkit.paths import run_root
+from labkit.render import render_hostfile, render_sbatch
+
+cfg = RunConfig.for_profile(profile, name=f"{run_prefix}_resume", backend=backend, nodes=nodes,
+                            gpus_per_node=gpus_per_node, train_iters=train_iters,
+                            save_interval=save_interval)
+two_nodes = cfg.replace(nodes=2)
+print(render_sbatch(two_nodes, resolve_profile(cluster), run_root() / two_nodes.name))
+
+# %% [markdown]
+# **DeepSpeed style**: no scheduler; a *hostfile* lists the nodes and their slots, and the
+# `deepspeed` launcher (or `pdsh`) ssh-es into each to start the ranks. Same ranks, same
+# `MASTER_ADDR` rendezvous, different bookkeeping: no queue, no accounting, no cleanup on failure.
+
+# %%
+hostfile = render_hostfile(["node1", "node2"], slots=two_nodes.gpus_per_node)
+print(hostfile)
+print(f"deepspeed --hostfile hostfile --num_nodes {two_nodes.nodes} "
+      f"--num_gpus {two_nodes.gpus_per_node} --master_addr node1 --master_port 29500 \\\n"
+      f"    code/pretrain_gpt.py --config runs/{two_nodes.name}/config.json")
+
+# %% [markdown]
+# ## 2 Kill a job and resume it from its checkpoint
+#
+# The run saves a checkpoint every `save_interval` iterations. We cancel it part-way (as a
+# preemption or a time limit would), then submit it again with `resume=True`: it loads the
+# latest complete checkpoint and carries on from there.
+
+# %%
+from labkit.report import launch, wait_for_iteration
+
+job = launch(cfg, cluster=cluster, reuse=False, wait=False)
+seen = wait_for_iteration(job, kill_at)
+job.cancel()
+state = job.wait(progress=False)
+print(f"cancelled at iteration >= {seen}: {state}")
+assert str(state) == "CANCELLED", state
+
+# %%
+ckpts = sorted(p.name for p in (job.run_dir / "checkpoints").glob("iter_*"))
+print(ckpts)
+assert ckpts, "the run should have saved at least one checkpoint before it was killed"
+
+# %%
+resumed = launch(cfg, cluster=cluster, resume=True)
+assert resumed.state() == "COMPLETED", resumed.tail(30)
+print([ln for ln in resumed.tail(400).splitlines() if "resumed from" in ln][-1])
+
+# %%
+from labkit.logs import parse_log
+
+its = parse_log(resumed.log_path).iterations
+restarts = its[its["iteration"].diff() <= 0]
+print("iteration numbers restart at:", restarts["iteration"].tolist())
+assert int(its["iteration"].max()) == train_iters
+
+# %% [markdown]
+# ## 3 Diagnose a failed job
+#
+# First the job we cancelled: labkit reads the log, the exit code and the scheduler's state.
+
+# %%
+from labkit.logs import diagnose
+
+for f in diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED")[:2]:
+    print(f"{f.kind}: {f.message}\n  hint: {f.hint}")
+
+# %% [markdown]
+# Now a job that crashes: its dataset path does not exist. The failure is found in the log of
+# every rank and reduced to one root cause with a hint.
+
+# %%
+broken = cfg.replace(name=f"{run_prefix}_broken", data_path="/nonexistent/corpus_text_document",
+                     save_interval=None, train_iters=2)
+bad = launch(broken, cluster=cluster, reuse=False, progress=False)
+failures = diagnose(bad.log_path, exit_code=bad.exit_code(), job_state=str(bad.state()))
+for f in failures[:3]:
+    print(f"{f.kind} (rank {f.rank}, line {f.line}): {f.message}\n  hint: {f.hint}")
+assert str(bad.state()) == "FAILED" and failures, (bad.state(), failures)
+
+# %%
+from labkit.regress import record
+
+record("resume.resumed_iterations", int(its["iteration"].max()))
+record("broken.diagnosis", failures[0].kind)
+
+# %% [markdown]
+# ## Summary
+#
+# - `srun` + `torchrun` and a hostfile launcher start the same ranks; Slurm adds the queue,
+#   accounting and cleanup.
+# - Checkpoints make a killed job cheap: resume picks up at the last saved iteration.
+# - `labkit.logs.diagnose` turns a failed job's log into a cause and a hint.
+#
+# That is the series. Run all of it headless with `make lab`, or `labkit regress` on your cluster
+# before a workshop.

@@ -115,3 +115,23 @@ def test_local_launcher_stops_other_nodes_when_one_fails(run_root, tmp_path):
     assert job.wait(timeout=120, progress=False) is JobState.FAILED
     assert job.exit_code() != 0
     assert os.path.exists(job.run_dir / "exit_code")
+
+
+@pytest.mark.engine
+def test_cli_submit_wait_status_logs_with_the_engine(run_root, tmp_path, capsys):
+    from labkit.cli import main as cli
+
+    cfg_path = tmp_path / "cfg.json"
+    RunConfig(name="cli_engine", nodes=2, gpus_per_node=1, train_iters=3).to_json(cfg_path)
+    assert cli(["submit", str(cfg_path), "--wait", "--json", "--timeout", "400"]) == 0
+    out = json.loads(capsys.readouterr().out)  # stdout holds only the JSON document
+    assert out["state"] == "COMPLETED" and out["backend"] == "local", out
+    assert out["run_dir"] == str(run_root / "cli_engine")
+    assert cli(["status", "--json"]) == 0
+    assert [r["job_id"] for r in json.loads(capsys.readouterr().out)] == [out["job_id"]]
+    assert cli(["status"]) == 0 and "COMPLETED" in capsys.readouterr().out
+    assert cli(["logs", "cli_engine"]) == 0
+    log = capsys.readouterr().out
+    assert "using world size: 2," in log and "iteration        2/" in log
+    assert cli(["cancel", "cli_engine"]) == 0  # finished: nothing to kill, state stays
+    assert "COMPLETED" in capsys.readouterr().out

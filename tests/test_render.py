@@ -141,3 +141,19 @@ def test_profile_errors_name_the_fix(tmp_path):
 def test_shipped_profiles_load():
     for p in (GOLDEN.parent.parent / "code" / "clusters").glob("*.yaml"):
         assert load_profile(p).name == p.stem
+
+
+def test_cli_render(tmp_path, capsys, monkeypatch):
+    from labkit.cli import main as cli
+
+    monkeypatch.setenv("LABKIT_RUN_ROOT", str(tmp_path / "runs"))
+    p = tmp_path / "c.json"
+    CFG_CPU.to_json(p)
+    assert cli(["render", str(p), "--backend", "slurm", "--profile", "generic-gres"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --account=workshop" in out and "/shared/labkit/runs/tp2pp2" in out
+    assert cli(["render", str(p)]) == 0
+    assert "--nnodes \"$NNODES\"" in capsys.readouterr().out
+    assert cli(["render", str(p), "--hostfile"]) == 0
+    assert capsys.readouterr().out == "node1 slots=2\nnode2 slots=2\n"
+    assert cli(["render", str(p), "--backend", "slurm", "--profile", "nope"]) == 2

@@ -80,23 +80,26 @@ plt.show()
 print(sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())[:10])
 
 # %%
-from labkit import profiling
+from labkit.profiling import profile_breakdown
 
-breakdown = profiling.breakdown(job.run_dir / "profile")
+breakdown = profile_breakdown(job.run_dir / "profile")
 breakdown
 
 # %%
 from labkit.plots import plot_profile_breakdown
 
-plot_profile_breakdown(breakdown)
+plot_profile_breakdown(breakdown, normalize=True)
 plt.show()
 
 # %%
 from labkit.logs import parse_run
-from labkit.regress import record_run
+from labkit.regress import record, record_run
 
 run = parse_run(job.run_dir)
 record_run("profiled", run.iterations, run.memory)
+b = breakdown.iloc[0]
+record("profiled.communication_share",
+       float(b["communication_ms"] / b[["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]].sum()))
 
 # %% [markdown]
 # ## Summary

@@ -111,12 +111,13 @@ assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) fo
 import matplotlib.pyplot as plt
 
 from labkit.logs import load_runs
+from labkit.plots import plot_layout_grid
 
 df = load_runs([j.run_dir for j in jobs])
-med = df[df["iteration"] > 1].groupby(["tp", "pp", "dp"])["elapsed_ms"].median()
-med.plot.bar(ylabel="median iteration time (ms)", title=f"layouts on {nodes} x {gpus_per_node}")
+steady = df[df["iteration"] > 1]
+plot_layout_grid(steady, value="tokens_per_sec")
 plt.show()
-med
+steady.groupby(["tp", "pp", "dp"])[["elapsed_ms", "tokens_per_sec"]].median()
 
 # %% [markdown]
 # ## 5 Explore layouts live

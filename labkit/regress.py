@@ -392,3 +392,23 @@ def cli_regress(args: argparse.Namespace) -> int:
                 print(f"FAILED: {nb['error']}", file=sys.stderr)
         print(f"\nreport: {Path(doc['out']) / 'report.md'}")
     return 0 if doc["ok"] else 1
+
+
+def write_baseline(metrics_json: str | Path, out: str | Path | None = None) -> Path:
+    """A baseline file from a regress run's ``metrics.json`` (only notebooks that ran to the end)."""
+    doc = json.loads(Path(metrics_json).read_text())
+    results = [NotebookResult(**n) for n in doc["notebooks"]]
+    path = Path(out) if out else BASELINE_DIR / f"{doc['profile']}.json"
+    if path.exists():  # the committed baseline is a user's file too: keep the old one
+        path.rename(path.with_name(f"{path.stem}.old-{time.strftime('%Y%m%d-%H%M%S')}.json"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(baseline_from(results, doc["profile"]), indent=2) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="write a regress baseline from a run's metrics.json")
+    ap.add_argument("--write-baseline", required=True, metavar="METRICS_JSON")
+    ap.add_argument("--out", help="baseline file (default baselines/<profile>.json)")
+    a = ap.parse_args()
+    print(write_baseline(a.write_baseline, a.out))

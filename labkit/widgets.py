@@ -123,5 +123,6 @@ def job_monitor(job: Any, *, refresh_s: float = 2.0, timeout_s: float | None = N
         state = job.state()
         state = getattr(state, "value", state)
         if state in final or (timeout_s is not None and time.monotonic() - t0 > timeout_s):
+            print(text)  # the last frame as plain output: readable in a saved/headless notebook
             return state
         time.sleep(refresh_s)

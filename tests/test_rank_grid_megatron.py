@@ -4,6 +4,8 @@ tests/megatron_layout_probe.py spawns gloo processes, calls megatron-core's
 ``initialize_model_parallel`` and builds its ``GPTModel`` on every rank. Each rank's TP / DP / PP
 group and parameter count must equal what ``labkit.planner`` computes, exactly.
 Two probe runs: 8 ranks (TP=2 x PP=2 x DP=2, interleaved with 2 virtual stages) and 1 rank.
+Larger grids are compared with megatron-core's ``RankGenerator`` (the rank arithmetic
+``initialize_model_parallel`` uses), which needs no processes.
 """
 
 from __future__ import annotations
@@ -77,3 +79,20 @@ def test_param_counts_single_rank(tmp_path):
     cfgs = [_cfg(m, 1, 1, 1, 1) for m in MODELS]
     (r,) = _probe(tmp_path, 1, 1, 1, 1, cfgs)
     assert r["params"] == [param_counts(c)[(0, 0)] for c in cfgs]
+
+
+def test_groups_equal_megatron_rank_generator_for_many_sizes():
+    from megatron.core.parallel_state import RankGenerator
+
+    for world in (1, 2, 4, 6, 8, 12, 16, 24, 32, 64):
+        for tp in (1, 2, 4, 8):
+            for pp in (1, 2, 3, 4):
+                for cp in (1, 2):
+                    if world % (tp * pp * cp):
+                        continue
+                    dp = world // (tp * pp * cp)
+                    gen = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+                    grid = rank_grid(world, tp=tp, pp=pp, gpus_per_node=8, cp=cp)
+                    for axis in ("tp", "cp", "dp", "pp"):
+                        assert sorted(gen.get_ranks(axis)) == grid.groups()[axis], \
+                            (world, tp, pp, cp, axis)

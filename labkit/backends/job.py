@@ -178,10 +178,11 @@ class Job:
     def failure_error(self, st: JobState) -> JobFailedError:
         elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0, time.time() - self.submitted_at)))
         tail = self.tail(20)
-        hint = _diagnosis(self.log_path) or _STATE_HINTS.get(st, "")
+        hint = _diagnosis(self, st) or _STATE_HINTS.get(st, "")
         msg = (f"job {self.job_id} ({self.name}) ended {st} after {elapsed} "
-               f"(exit code {self.exit_code()}). Last log lines:\n{tail or '(log is empty)'}\n"
-               f"Full log: {self.log_path}" + (f"\nHint: {hint}" if hint else ""))
+               f"(exit code {self.exit_code()})."
+               + (f"\nLikely cause: {hint}" if hint else "")
+               + f"\nLast log lines:\n{tail or '(log is empty)'}\nFull log: {self.log_path}")
         return JobFailedError(msg, job_id=self.job_id, state=str(st), log_tail=tail)
 
 
@@ -195,24 +196,18 @@ _STATE_HINTS = {
 }
 
 
-def _diagnosis(log_path: Path) -> str | None:
-    """The log parser's hint for the most important failure, when labkit.logs offers one."""
+def _diagnosis(job: Job, st: JobState) -> str | None:
+    """The log parser's hint for the most likely root cause (``labkit.logs.diagnose``)."""
     try:
-        logs = importlib.import_module("labkit.logs")
-        if hasattr(logs, "diagnose"):
-            r = logs.diagnose(log_path)
-            return str(r) if r else None
-        failures = getattr(logs.parse_log(log_path), "failures", None)
-        if failures is None:
-            return None
-        rows = failures.to_dict("records") if hasattr(failures, "to_dict") and not isinstance(
-            failures, list) else failures
-        for f in rows:
-            get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
-            if get("hint"):
-                return f"{get('kind')}: {get('hint')}"
+        from labkit.logs import diagnose
+
+        failures = diagnose(job.log_path, exit_code=job.exit_code(), job_state=str(st))
     except Exception:  # a parser problem must never hide the job's own error
         return None
+    for f in failures:
+        if getattr(f, "hint", None):
+            where = f" (rank {f.rank}, log line {f.line})" if f.rank is not None else ""
+            return f"{f.kind}{where}: {f.message}. {f.hint}"
     return None
 
 

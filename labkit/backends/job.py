@@ -176,7 +176,12 @@ class Job:
         return st
 
     def failure_error(self, st: JobState) -> JobFailedError:
-        elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0, time.time() - self.submitted_at)))
+        end = time.time()
+        for f in (self.run_dir / "exit_code", self.log_path):  # when it really ended
+            if f.exists():
+                end = f.stat().st_mtime
+                break
+        elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0, end - self.submitted_at)))
         tail = self.tail(20)
         hint = _diagnosis(self, st) or _STATE_HINTS.get(st, "")
         msg = (f"job {self.job_id} ({self.name}) ended {st} after {elapsed} "

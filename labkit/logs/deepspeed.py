@@ -23,29 +23,37 @@ _DIST_WS = re.compile(r"dist_world_size=(\d{1,9})")
 _NNODES = re.compile(r"nnodes=(\d{1,6}), num_local_procs=(\d{1,6}), node_rank=(\d{1,6})")
 
 
+def _f(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def parse_step(text: str) -> dict[str, Any] | None:
     """``step=10, skipped=0, lr=[...]`` -> iteration record (iteration, skipped, lr)."""
     if "step=" not in text and "SamplesPerSec=" not in text:
         return None
     m = _STEP.search(text)
     if m:
-        lrs = [float(x) for x in re.findall(r"[0-9.]+(?:[eE][+-]?\d+)?", m.group(4))[:1]]
+        first = m.group(4).split(",")[0]
         rec: dict[str, Any] = {"iteration": int(m.group(2)), "skipped": int(m.group(3)),
-                               "lr": lrs[0] if lrs else None}
+                               "lr": _f(first)}
         if m.group(1) is not None:
             rec["rank"] = int(m.group(1))
         return rec
     m = _TIMER.search(text)
     if m:
-        rec = {"iteration": int(m.group(1)), "samples_per_sec": float(m.group(3))}
+        rec = {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(3))}
         mm = _MEM.search(text, m.end())
-        if mm:  # DeepSpeed's GB are GiB (bytes / 1024**3); our MB are MiB, as Megatron's
-            rec["allocated_mb"] = float(mm.group(1)) * 1024
-            rec["max_allocated_mb"] = float(mm.group(2)) * 1024
+        a, b = (_f(mm.group(1)), _f(mm.group(2))) if mm else (None, None)
+        if a is not None and b is not None:  # DeepSpeed's GB are GiB; our MB are MiB, as Megatron's
+            rec["allocated_mb"] = a * 1024
+            rec["max_allocated_mb"] = b * 1024
         return rec
     m = _OLD_TIMER.search(text)
     if m:  # DeepSpeed <= 0.4: "0/10, SamplesPerSec=12.3" (epoch / global step)
-        return {"iteration": int(m.group(1)), "samples_per_sec": float(m.group(2))}
+        return {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(2))}
     return None
 
 

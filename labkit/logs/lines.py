@@ -97,7 +97,8 @@ def is_text_input(source: object) -> bool:
 
 def iter_raw(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[tuple[int, bytes | str]]:
     """Yield (lineno, raw line) from a path, a text blob, or an iterable of lines. Streaming."""
-    if isinstance(source, (str, Path)) and not is_text_input(source):
+    if isinstance(source, Path) or (isinstance(source, str) and not is_text_input(source)
+                                    and (len(source) < 4096 or not source.strip())):
         with open(source, "rb") as f:  # binary: invalid UTF-8 never raises; decoded per line later
             yield from enumerate(f, 1)
         return

@@ -16,6 +16,7 @@ Formats (see tests/fixtures/logs/README.md for where each comes from):
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -94,7 +95,7 @@ def parse_iteration(text: str) -> dict[str, Any] | None:
             if v is not None:
                 rec[key.replace(" ", "_").replace("-", "_")] = v
     for k in _INT_COLUMNS:
-        if k in rec and rec[k] == rec[k]:  # NaN stays float
+        if k in rec and math.isfinite(rec[k]) and abs(rec[k]) < 2**53:  # NaN / inf / junk stay float
             rec[k] = int(rec[k])
     return rec
 
@@ -203,8 +204,9 @@ def parse_params(text: str) -> dict[str, Any] | None:
     return rec
 
 
-_THEORY = re.compile(r"Theoretical memory footprints: weight and optimizer=([0-9.]{1,20}) MB"
-                     r"(?:, activation=([0-9.]{1,20}) MB, total=([0-9.]{1,20}) MB)?")
+_MB = r"(\d{1,15}(?:\.\d{1,9})?)"
+_THEORY = re.compile(rf"Theoretical memory footprints: weight and optimizer={_MB} MB"
+                     rf"(?:, activation={_MB} MB, total={_MB} MB)?")
 
 
 def parse_theoretical_memory(text: str) -> dict[str, float] | None:

@@ -60,6 +60,9 @@ class ParsedLog:
     theoretical_memory: dict[str, float] | None = None
     failure_records: list[Failure] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    parse_errors: int = 0
+    """Lines a parser choked on and skipped (0 in every test; see ``first_parse_error``)."""
+    first_parse_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``labkit parse --json`` document (DESIGN.md section 5); null where the log is silent."""
@@ -106,6 +109,8 @@ class _Collector:
         self.nccl_version: str | None = None
         self.scanner = FailureScanner()
         self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
+        self.errors = 0
+        self.first_error: str | None = None
 
     @property
     def busy(self) -> bool:
@@ -115,8 +120,7 @@ class _Collector:
         src = (line.rank, line.host)
         held = self.pending.pop(src, None)
         if held is not None and megatron.parse_iteration(line.text) is not None:
-            self._records(held[0])  # a new record, not a continuation: the held line was cut off
-            self.scanner.feed(held[0])
+            self._safe(held[0])  # a new record, not a continuation: the held line was cut off
             held = None
         if held is not None:
             first, pieces = held
@@ -127,8 +131,17 @@ class _Collector:
         elif megatron.is_incomplete_iteration(line.text) and "|" in line.text:
             self.pending[src] = (line, 1)
             return
-        self._records(line)
-        self.scanner.feed(line)
+        self._safe(line)
+
+    def _safe(self, line: Line) -> None:
+        # Never crash on one odd line: count it, keep the first error for the report.
+        try:
+            self._records(line)
+            self.scanner.feed(line)
+        except (ValueError, OverflowError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = f"line {line.lineno}: {type(e).__name__}: {e}"
 
     def _records(self, line: Line) -> None:
         text = line.text
@@ -182,8 +195,7 @@ class _Collector:
 
     def flush(self) -> None:
         for line, _ in list(self.pending.values()):
-            self._records(line)
-            self.scanner.feed(line)
+            self._safe(line)
         self.pending.clear()
 
 
@@ -207,7 +219,7 @@ def _feed_source(col: _Collector, source: Any) -> None:
 def _layout(col: _Collector) -> dict[str, int | None]:
     lay: dict[str, int | None] = dict(col.layout)
     for arg, key in _ARG_LAYOUT.items():
-        if lay.get(key) is None and arg in col.args and col.args[arg].isdigit():
+        if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
             lay[key] = int(col.args[arg])
     if lay.get("world_size") is None and "world_size" in col.launcher:
         lay["world_size"] = col.launcher["world_size"]
@@ -219,7 +231,7 @@ def _layout(col: _Collector) -> dict[str, int | None]:
 
 def _seq_length(col: _Collector) -> int | None:
     v = col.args.get("seq_length")
-    return int(v) if v and v.isdigit() else None
+    return int(v) if v and v.isdecimal() else None
 
 
 def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.DataFrame:
@@ -241,8 +253,26 @@ def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.Data
             df["tokens_per_gpu_per_sec"] * layout["world_size"])
     df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce")
     for c in ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan"):
-        df[c] = df[c].astype("Int64") if df[c].isna().any() else df[c].astype("int64")
+        v = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        finite = v.dropna()
+        if (finite.abs() < 2**53).all() and (finite == finite.round()).all():  # else: keep floats
+            df[c] = v.astype("Int64") if v.isna().any() else v.astype("int64")
+        else:
+            df[c] = v
     return df.reset_index(drop=True)
+
+
+def _is_file(s: str | Path) -> bool:
+    try:
+        return len(str(s)) < 4096 and "\n" not in str(s) and Path(s).is_file()
+    except (OSError, ValueError):  # too long, NUL bytes, ...: not a path
+        return False
+
+
+def _is_path_list(source: Any) -> bool:
+    """A list of existing files is several logs of one run; a list of other strings is lines."""
+    return (isinstance(source, (list, tuple)) and len(source) > 0
+            and all(isinstance(s, Path) or (isinstance(s, str) and _is_file(s)) for s in source))
 
 
 def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | Path]) -> ParsedLog:
@@ -252,8 +282,7 @@ def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | 
     ones are null). Several paths are read as parts of one run (e.g. per-rank logs).
     """
     col = _Collector()
-    many = isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, Path)) for s in source) \
-        and not any("\n" in str(s) for s in source) and all(Path(s).exists() for s in source)
+    many = _is_path_list(source)
     sources = [str(s) for s in source] if many else ([str(source)] if isinstance(source, Path) else [])
     for s in (source if many else [source]):
         _feed_source(col, s)
@@ -267,4 +296,5 @@ def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | 
         nccl=pd.DataFrame(list(col.channels.values())).reindex(columns=NCCL_COLUMNS),
         failures=pd.DataFrame([f.to_dict() for f in failures], columns=FAILURE_COLUMNS),
         layout=layout, nccl_version=col.nccl_version, args=col.args, theoretical_memory=col.theory,
-        failure_records=failures, sources=sources)
+        failure_records=failures, sources=sources, parse_errors=col.errors,
+        first_parse_error=col.first_error)

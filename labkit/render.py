@@ -165,7 +165,8 @@ def render_local(cfg: RunConfig, run_dir: Path, *, program: str | Path | None = 
         "title": title, "summary": summary, "run_dir": _q(Path(run_dir)),
         "program": _q(program or default_program()),
         "torchrun": _q(torchrun or default_torchrun()),
-        "env": "\n".join(_env_lines(cfg, env or {})) or "# (no extra environment)",
+        # Every rank is on this machine: gloo talks over loopback whatever the hostname says.
+        "env": "\n".join(_env_lines(cfg, {"GLOO_SOCKET_IFNAME": "lo", **(env or {})})),
         "nodes": str(cfg.nodes), "nproc": str(cfg.gpus_per_node),
     }
     return fill(_template("local.sh.tmpl"), values)

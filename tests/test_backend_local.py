@@ -135,3 +135,14 @@ def test_cli_submit_wait_status_logs_with_the_engine(run_root, tmp_path, capsys)
     assert "using world size: 2," in log and "iteration        2/" in log
     assert cli(["cancel", "cli_engine"]) == 0  # finished: nothing to kill, state stays
     assert "COMPLETED" in capsys.readouterr().out
+
+
+def test_hostile_run_root_runs_and_stays_inert(tmp_path, monkeypatch):
+    root = tmp_path / "runs 1" / "a'b \"c\" $(touch PWNED); `touch PWNED2`; x"
+    root.mkdir(parents=True)
+    monkeypatch.setenv("LABKIT_RUN_ROOT", str(root))
+    job = submit(_cfg("hostile"), program=PROGRAM)
+    assert job.wait(timeout=240, progress=False) is JobState.COMPLETED, job.tail(30)
+    assert "using world size: 2," in (root / "hostile" / "log.txt").read_text()
+    assert (root / "hostile" / "exit_code").read_text().strip() == "0"
+    assert not list(tmp_path.rglob("PWNED*")) and not list(Path("/work/main").glob("PWNED*"))

@@ -14,6 +14,7 @@ a restarted controller, and labkit must never act on someone else's job.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import subprocess
@@ -117,7 +118,7 @@ def _squeue(conf: str | None) -> dict[str, tuple[str, str]] | None:
     hit = _poll_cache.get(conf)
     if hit and now - hit[0] < POLL_TTL:
         return hit[1]
-    p = run_cmd(["squeue", "--noheader", "--me", "-t", "all", "-o", "%i|%T|%j"],
+    p = run_cmd(["squeue", "--noheader", "-u", getpass.getuser(), "-t", "all", "-o", "%i|%T|%j"],
                 slurm_conf=conf)
     if p.returncode:
         warn_once(f"squeue failed (exit {p.returncode}: {_why(p)}); job states may be stale")

@@ -11,6 +11,7 @@ export PROGRAM=/opt/labkit/code/pretrain_gpt.py
 export TORCHRUN=torchrun
 cd "$RUN_DIR"
 export LABKIT_LOG_CAPTURED=1   # stdout/stderr already go to log.txt
+export GLOO_SOCKET_IFNAME=lo
 export OMP_NUM_THREADS=1
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT=${MASTER_PORT:-29500}   # labkit passes a free port

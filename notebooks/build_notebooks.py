@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     SOLUTIONS.mkdir(exist_ok=True)
     for src in sorted(SRC.glob("[0-9][0-9]_*.py")):
-        for path, solved in zip(targets(src), (False, True)):
+        for path, solved in zip(targets(src), (False, True), strict=True):
             text = nbformat.writes(build(src, solved)) + "\n"
             if args.check:
                 if not path.exists() or path.read_text() != text:

@@ -54,10 +54,14 @@ def test_ci_overrides_are_declared_parameters(path):
     params = pm.inspect_notebook(str(path))
     missing = [p for p in CI_OVERRIDES if p not in params]
     assert not missing, f"{path.name} does not declare {missing} in its parameters cell"
-    undocumented = [n for n, p in params.items() if not p["help"]]
-    assert not undocumented, f"{path.name}: parameters without a comment: {undocumented}"
     nb = nbformat.read(path, as_version=4)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assigned = [ln.split("=")[0].strip() for ln in first_code.source.splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    unreadable = [n for n in assigned if n not in params]
+    assert not unreadable, f"{path.name}: papermill cannot read parameters {unreadable}"
+    undocumented = [n for n, p in params.items() if not p["help"]]
+    assert not undocumented, f"{path.name}: parameters without a comment: {undocumented}"
     assert "parameters" in first_code.metadata.get("tags", [])
     assert nb.cells[0].source.startswith(f"# {path.name[:2]} ")
     assert "What you will learn" in nb.cells[0].source

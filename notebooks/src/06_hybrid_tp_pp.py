@@ -14,7 +14,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-clus
 nodes = 2  # nodes of the hybrid runs
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
-sweep = [(2, 1), (1, 2)]  # more (TP, PP) layouts to run and compare with TP=2 x PP=2
+sweep = [[2, 1], [1, 2]]  # extra layouts as [TP, PP] pairs, compared with TP 2 x PP 2
 run_prefix = "nb06"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]

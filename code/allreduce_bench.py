@@ -22,6 +22,10 @@ Two nodes (run the same line on each node, or let Slurm's srun start it):
 NVLink of a CPU box) and `inter` (one rank per node: the network between nodes). Rank 0 prints
 a table in nccl-tests' column layout; `--json-out` also writes one JSON object per row, which
 `labkit.comm.read_busbw` turns into a DataFrame for `labkit.comm.plot_busbw`.
+
+Inside a labkit job (local backend or Slurm), `labkit.comm.submit_bench(...)` submits this
+script as the job's program; it then reads `extra.bench_args` from the run's config.json and
+writes `busbw.jsonl` into the run directory.
 """
 
 from __future__ import annotations
@@ -34,13 +38,12 @@ import sys
 import time
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
+# torch is imported in main(), after the arguments are checked: a typo fails in milliseconds.
+torch = dist = None
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SCOPES = ("world", "intra", "inter")
-DTYPES = {"float32": (torch.float32, "float"), "float16": (torch.float16, "half"),
-          "bfloat16": (torch.bfloat16, "bfloat16")}
+DTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}  # name -> nccl-tests
 # nccl-tests' bus-bandwidth factor per collective, as a function of the group size n.
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,
               "all_gather": lambda n: (n - 1) / n,
@@ -143,7 +146,10 @@ def world_mean(value: float, device) -> float:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="a labkit run's config.json (inside a labkit job): its "
+                    "extra.bench_args are read as more arguments, results go to the run dir")
     ap.add_argument("-b", "--min-bytes", default="1K", help="smallest message (8, 1K, 64M)")
     ap.add_argument("-e", "--max-bytes", default="4M", help="largest message")
     ap.add_argument("-f", "--step-factor", type=int, default=4, help="multiply size by this")
@@ -158,6 +164,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="seconds before a stuck collective is an error (process group timeout)")
     ap.add_argument("--json-out", help="also write one JSON object per row to this file")
     args = ap.parse_args(argv)
+    if args.config:  # launched by a labkit backend as `PROGRAM --config RUN_DIR/config.json`
+        with open(args.config) as f:
+            extra = json.load(f).get("extra", {})
+        args = ap.parse_args([str(a) for a in extra.get("bench_args", [])] + argv)
+        if not args.json_out:
+            args.json_out = os.path.join(os.path.dirname(os.path.abspath(args.config)),
+                                         "busbw.jsonl")
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     args.scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     bad = [o for o in args.ops if o not in OPS] + [s for s in args.scopes if s not in SCOPES]
@@ -169,10 +182,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    global torch, dist
     args = parse_args(argv)
     if "RANK" not in os.environ:
         sys.exit("allreduce_bench: start it with torchrun (RANK/WORLD_SIZE are not set), e.g. "
                  "torchrun --nproc_per_node=2 code/allreduce_bench.py")
+    import torch
+    import torch.distributed as dist
     backend = args.backend if args.backend != "auto" else (
         "nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
@@ -183,7 +199,7 @@ def main(argv=None) -> int:
         device = torch.device("cpu")
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    dtype, type_name = DTYPES[args.dtype]
+    dtype, type_name = getattr(torch, args.dtype), DTYPES[args.dtype]
     esize = torch.tensor([], dtype=dtype).element_size()
 
     # Which node every rank is on: torchrun's node rank, else the host name.

@@ -5,7 +5,9 @@ table) and the table printed by NVIDIA's nccl-tests (``all_reduce_perf`` and fri
 column layout the benchmark copies: ``size count type redop [root] time algbw busbw #wrong``,
 then the same four for in-place. Bandwidths are GB/s (1e9 bytes per second), times microseconds.
 
-    df = read_busbw("runs/bw/busbw.jsonl")
+    job = submit_bench("bw", nodes=2, procs_per_node=2, backend="slurm")   # or "local"
+    job.wait()
+    df = read_busbw(job.run_dir)        # or a busbw.jsonl / a printed table / an nccl-tests log
     plot_busbw(df)                      # bus bandwidth vs message size, one line per op/scope
     peak_busbw(df)                      # the plateau per op/scope, e.g. intra vs inter node
 """
@@ -14,13 +16,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from labkit.paths import CODE_DIR
+
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
+
+    from labkit.backends.job import Job
+
+BENCH = CODE_DIR / "allreduce_bench.py"
 
 COLUMNS = ["op", "scope", "group_size", "nodes", "world_size", "backend", "dtype", "size_bytes",
            "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"]
@@ -71,10 +80,13 @@ def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") 
 def read_busbw(path: str | Path, *, op: str | None = None) -> pd.DataFrame:
     """A results file -> one row per (op, scope, message size).
 
-    ``.jsonl``/``.json`` files are the benchmark's ``--json-out``; anything else is read as a
-    printed table (a job log that holds the benchmark's output, or an nccl-tests log).
+    ``.jsonl``/``.json`` files are the benchmark's ``--json-out``; a run directory means its
+    ``busbw.jsonl``; anything else is read as a printed table (a job log that holds the
+    benchmark's output, or an nccl-tests log).
     """
     p = Path(path)
+    if p.is_dir():
+        p = p / "busbw.jsonl"
     text = p.read_text()
     if p.suffix in (".jsonl", ".json"):
         return _frame([json.loads(line) for line in text.splitlines() if line.strip()])
@@ -120,3 +132,30 @@ def plot_busbw(df: pd.DataFrame, *, by: tuple[str, ...] = ("op", "scope"),
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=" / ".join(keys) if keys else None)
     return ax
+
+
+def submit_bench(name: str = "busbw", *, nodes: int = 2, procs_per_node: int = 2,
+                 backend: str = "local", profile: Any = None, device: str = "cpu",
+                 ops: Sequence[str] = ("all_reduce",),
+                 scopes: Sequence[str] = ("world", "intra", "inter"), min_bytes: str = "1K",
+                 max_bytes: str = "4M", factor: int = 4, iters: int = 10, warmup: int = 2,
+                 overwrite: bool = False) -> Job:
+    """Submit ``code/allreduce_bench.py`` as a labkit job (local backend or Slurm).
+
+    The run is an ordinary run directory (``config.json``, ``job.sh``, ``log.txt``) whose
+    program is the benchmark instead of the training script; its results land in
+    ``<run_dir>/busbw.jsonl`` (``read_busbw(job.run_dir)``). ``procs_per_node`` is GPUs per
+    node on a GPU cluster (``device="cuda"``: NCCL), processes per node on CPUs (gloo).
+    """
+    from labkit import backends
+    from labkit.config import RunConfig
+
+    world = nodes * procs_per_node
+    args = ["--ops", ",".join(ops), "--scopes", ",".join(scopes), "-b", min_bytes,
+            "-e", max_bytes, "-f", str(factor), "-n", str(iters), "-w", str(warmup)]
+    cfg = RunConfig(name=name, nodes=nodes, gpus_per_node=procs_per_node, backend=backend,
+                    device=device, precision="fp32" if device == "cpu" else "bf16",
+                    micro_batch_size=1, global_batch_size=world,  # unused; keeps it valid
+                    extra={"bench_args": args})
+    return backends.submit(cfg, backend=backend, profile=profile, overwrite=overwrite,
+                           program=BENCH)

@@ -1,14 +1,13 @@
 """code/allreduce_bench.py (nccl-tests analog) and labkit.comm (its parser and plot).
 
-The run tests start the real benchmark with torchrun on gloo: two simulated nodes of two
-processes each, so the world, intra-node and inter-node scopes all have groups of two.
+The run tests submit the real benchmark as a labkit job (torchrun, gloo): two simulated nodes
+of two processes each on the local backend, and the two-node Slurm mini-cluster.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import matplotlib
 import pytest
 
 from labkit import comm
+from labkit.backends.job import JobState
 
 matplotlib.use("Agg")
 REPO = Path(__file__).resolve().parents[1]
@@ -29,12 +29,6 @@ def _load_bench():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("text,expected", [("8", 8), ("1K", 1024), ("64M", 64 << 20),
@@ -79,22 +73,16 @@ def test_parses_nccl_tests_table():
     assert peak.iloc[0]["size_bytes"] == 134217728
 
 
-def test_real_run_two_nodes_all_ops_all_scopes(tmp_path):
-    """Two torchrun agents (simulated nodes) x 2 processes; every op, every scope."""
-    out = tmp_path / "bw.jsonl"
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={port}"]
-    args = [str(BENCH), "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
-            "--ops", "all_reduce,all_gather,reduce_scatter", "--scopes", "world,intra,inter",
-            "--json-out", str(out), "--timeout", "60"]
-    procs = [subprocess.Popen(cmd + [f"--node_rank={i}"] + args, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
-    outs = [p.communicate(timeout=180) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-3000:] + outs[1][1][-3000:]
+def test_real_run_as_local_job_two_nodes_all_ops_all_scopes(run_root, monkeypatch):
+    """Submitted like any run (local backend: two torchrun agents = two simulated nodes, two
+    processes each); every op, every scope; results in the run dir and in the log's table."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job = comm.submit_bench("bw", nodes=2, procs_per_node=2, backend="local",
+                            ops=("all_reduce", "all_gather", "reduce_scatter"),
+                            min_bytes="1K", max_bytes="64K", factor=8, iters=2, warmup=1)
+    assert job.wait(timeout=240, progress=False) is JobState.COMPLETED, job.tail(30)
 
-    df = comm.read_busbw(out)
+    df = comm.read_busbw(job.run_dir)
     # 3 ops x 3 scopes x 3 sizes (1K, 8K, 64K)
     assert len(df) == 27
     assert set(df["scope"]) == {"world", "intra", "inter"}
@@ -105,8 +93,8 @@ def test_real_run_two_nodes_all_ops_all_scopes(tmp_path):
     ar = df[(df.op == "all_reduce") & (df.scope == "world")]
     assert (ar["busbw_gbps"] / ar["algbw_gbps"]).round(6).eq(1.5).all()  # 2*(4-1)/4
 
-    # The printed table (node 0's stdout) parses to the same rows.
-    text = comm.parse_bench_text(outs[0][0])
+    # The table rank 0 printed into log.txt parses to the same rows.
+    text = comm.read_busbw(job.log_path)
     assert len(text) == 27
     assert list(text["size_bytes"]) == list(df["size_bytes"])
     assert text[["op", "scope"]].values.tolist() == df[["op", "scope"]].values.tolist()
@@ -116,3 +104,19 @@ def test_real_run_two_nodes_all_ops_all_scopes(tmp_path):
     ax = comm.plot_busbw(df[df.op == "all_reduce"])
     assert len(ax.get_lines()) == 3
     assert ax.get_xlabel() == "message size (bytes)"
+
+
+@pytest.mark.slurm
+def test_bench_job_on_minicluster_intra_and_inter_node(slurm_cluster, run_root, monkeypatch):
+    """Through sbatch on the two-node mini-cluster: one rank per node talks over the shaped
+    inter-node link (scope inter), two ranks of one node over loopback (scope intra)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job = comm.submit_bench("bw-slurm", nodes=2, procs_per_node=2, backend="slurm",
+                            profile=slurm_cluster, min_bytes="4K", max_bytes="256K", factor=8,
+                            iters=2, warmup=1)
+    assert job.wait(timeout=300, progress=False) is JobState.COMPLETED, job.tail(30)
+    df = comm.read_busbw(job.run_dir)
+    assert len(df) == 3 * 3 and df["wrong"].eq(0).all() and df["nodes"].eq(2).all()
+    peak = comm.peak_busbw(df).set_index("scope")
+    assert set(peak.index) == {"world", "intra", "inter"}
+    assert peak.loc["inter", "group_size"] == 2 and peak.loc["world", "group_size"] == 4

@@ -63,21 +63,6 @@ def test_render_table_golden():
     assert "fix: check the interface" in text and "fix: nothing" in text
 
 
-def test_local_probe_passes_on_this_machine(clean_env):
-    results = doctor.run_doctor(backend="local", timeout_s=20)
-    by = _by_name(results)
-    assert len(results) == len(CHECKS)
-    for r in results:
-        assert r.status in (PASS, WARN, FAIL) and r.detail
-        if r.status != PASS:
-            assert r.fix, f"{r.name} is {r.status} without a fix"
-    for name in NODE_CHECKS + ("python and packages", "clock skew",
-                               "network interface (NCCL/gloo)"):
-        assert by[name].status == PASS, by[name]
-    assert "sum 2 = world size" in by["all-reduce across nodes"].detail
-    assert not list(clean_env.glob(".doctor/*")), "the probe's scratch folder is left behind"
-
-
 def test_wrong_interface_fails_interface_and_allreduce(clean_env, monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
     by = _by_name(doctor.run_doctor(backend="local", timeout_s=15))
@@ -90,7 +75,7 @@ def test_wrong_interface_fails_interface_and_allreduce(clean_env, monkeypatch):
 
 def test_unresolvable_master_addr_fails(clean_env, monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "no-such-head.invalid")
-    results = doctor.run_doctor(backend="local", timeout_s=5,
+    results = doctor.run_doctor(backend="local", timeout_s=3,
                                 checks=[c for c in CHECKS if c[0] in ("master", "allreduce")])
     by = _by_name(results)
     m = by["MASTER_ADDR and port"]
@@ -121,42 +106,33 @@ def test_hostfile_with_unreachable_host_fails(tmp_path, clean_env):
     assert r.status == FAIL and "no hosts" in r.detail
 
 
-def test_cli_json_contract_and_exit_code(clean_env):
+def test_cli_local_probe_passes_on_this_machine(clean_env):
+    """`labkit doctor --backend local --json`: the JSON contract, the exit code, and every
+    node-wide check passing with two real local probe processes."""
     p = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--backend", "local", "--json",
                         "--timeout", "20"], capture_output=True, text=True, timeout=180)
     doc = json.loads(p.stdout)  # stdout holds only the JSON document
-    assert set(doc) == {"checks"}
+    assert set(doc) == {"checks"} and len(doc["checks"]) == len(CHECKS)
     for c in doc["checks"]:
         assert set(c) == {"name", "status", "detail", "fix"}
-        assert c["status"] in ("PASS", "WARN", "FAIL")
+        assert c["status"] in ("PASS", "WARN", "FAIL") and c["detail"]
+        if c["status"] != "PASS":
+            assert c["fix"], f"{c['name']} is {c['status']} without a fix"
     failed = [c for c in doc["checks"] if c["status"] == "FAIL"]
     assert p.returncode == (1 if failed else 0), failed
     assert "[labkit]" in p.stderr  # progress goes to stderr
+    by = {c["name"]: c for c in doc["checks"]}
+    for name in NODE_CHECKS + ("python and packages", "clock skew",
+                               "network interface (NCCL/gloo)"):
+        assert by[name]["status"] == "PASS", by[name]
+    assert "sum 2 = world size" in by["all-reduce across nodes"]["detail"]
+    assert not list(clean_env.glob(".doctor/*")), "the probe's scratch folder is left behind"
 
 
-# --- the real mini-cluster ------------------------------------------------------------------
-@pytest.fixture
-def minicluster(request):
-    """The jobs issue's session fixture when it exists, else a mini-cluster that is already up."""
-    from conftest import skip_or_fail
-
-    for name in ("slurm_cluster", "minicluster_session", "local_slurm"):
-        try:
-            return request.getfixturevalue(name)
-        except pytest.FixtureLookupError:
-            continue
-    from labkit import localslurm
-
-    if not localslurm.is_up():
-        skip_or_fail("the local Slurm mini-cluster is not up (labkit cluster up)")
-    return localslurm.local_profile()
-
-
+# --- the real mini-cluster (the jobs tests' slurm_cluster session fixture) -------------------
 @pytest.mark.slurm
-def test_doctor_on_minicluster_passes(minicluster, clean_env):
-    from labkit import localslurm
-
-    results = doctor.run_doctor(localslurm.local_profile(), timeout_s=30)
+def test_doctor_on_minicluster_passes(slurm_cluster, clean_env):
+    results = doctor.run_doctor(slurm_cluster, timeout_s=30)
     by = _by_name(results)
     bad = [r for r in results if r.status == FAIL]
     assert not bad, bad
@@ -167,12 +143,10 @@ def test_doctor_on_minicluster_passes(minicluster, clean_env):
 
 
 @pytest.mark.slurm
-def test_doctor_on_minicluster_catches_unset_socket_ifname(minicluster, clean_env):
+def test_doctor_on_minicluster_catches_unset_socket_ifname(slurm_cluster, clean_env):
     """Nodes share one hostname that resolves to 127.0.0.1: without GLOO_SOCKET_IFNAME gloo
     advertises loopback to the other node, and the all-reduce cannot finish."""
-    from labkit import localslurm
-
-    profile = localslurm.local_profile().replace(env={})
+    profile = slurm_cluster.replace(env={})
     by = _by_name(doctor.run_doctor(profile, timeout_s=10, checks=[
         c for c in CHECKS if c[0] in ("interface", "allreduce")]))
     iface = by["network interface (NCCL/gloo)"]

@@ -83,26 +83,20 @@ def test_real_hang_is_diagnosed_with_stacks_and_cancelled(run_root, monkeypatch)
 @pytest.mark.engine
 def test_job_that_keeps_printing_is_not_a_hang(run_root, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    job = _submit("nohang", iters=4, step_s=1.0)
+    job = _submit("nohang", iters=3, step_s=0.5)
     wd = HangWatchdog(timeout_s=30, startup_timeout_s=120)
     assert job.wait(timeout=240, progress=False, on_poll=wd) is JobState.COMPLETED
     assert wd.report is None and not list(job.run_dir.glob("hang-*"))
 
 
 @pytest.mark.slurm
-def test_real_hang_on_minicluster(run_root, monkeypatch):
+def test_real_hang_on_minicluster(slurm_cluster, run_root, monkeypatch):
     """The same stuck rank, two nodes of the Slurm mini-cluster, one rank per node."""
-    from conftest import skip_or_fail
-
-    from labkit import localslurm
-
-    if not localslurm.is_up():
-        skip_or_fail("the local Slurm mini-cluster is not up (labkit cluster up)")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = RunConfig(name="hang-slurm", nodes=2, gpus_per_node=1, backend="slurm",
                     extra={"hang_at": 2, "hang_rank": 1, "pg_timeout": 300})
     job = backends.submit(cfg, backend="slurm", program=HANG_JOB,
-                          profile=localslurm.local_profile())
+                          profile=slurm_cluster)
     try:
         with pytest.raises(HangError) as e:
             job.wait(timeout=300, progress=False,

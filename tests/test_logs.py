@@ -212,3 +212,21 @@ def test_parse_run_and_load_runs_join_config(run_root):
     df = load_runs([run_root / "tp2pp1", run_root / "tp1pp2"])
     assert df.groupby(["tp", "pp"]).size().to_dict() == {(1, 2): 2, (2, 1): 2}
     assert len(load_runs(run_root)) == 4  # a run root expands to its runs
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIX.glob("*.txt")))
+def test_grep_and_python_paths_agree(fixture, monkeypatch):
+    fast = parse_log(FIX / fixture).to_dict()
+    monkeypatch.setenv("LABKIT_NO_GREP", "1")
+    slow = parse_log(FIX / fixture).to_dict()
+    lines = parse_log((FIX / fixture).read_text().splitlines()).to_dict()
+    assert fast == slow == lines
+
+
+def test_chunked_iteration_records_give_the_same_frame(monkeypatch):
+    from labkit.logs import parse as parse_mod
+
+    whole = {f: parse_log(FIX / f).to_dict() for f in ("deepspeed_0.14_engine.txt", "megatron_lm_v2_2021.txt")}
+    monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)
+    for f, d in whole.items():
+        assert parse_log(FIX / f).to_dict() == d

@@ -102,7 +102,7 @@ def parse_iteration(text: str) -> dict[str, Any] | None:
 
 def is_incomplete_iteration(text: str) -> bool:
     """A Megatron iteration line always ends with ``|``; without it the line was hard-wrapped."""
-    return text.rstrip().endswith("|") is False and _ITER.search(text) is not None
+    return "iteration" in text and not text.rstrip().endswith("|") and _ITER.search(text) is not None
 
 
 # --- validation / test lines ------------------------------------------------------------------

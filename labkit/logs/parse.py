@@ -1,14 +1,14 @@
 """The streaming driver: one pass over a log, every record kind into its own DataFrame.
 
-A log is read line by line in binary. Lines that cannot hold any record (no trigger word) are
-skipped before decoding, which is what keeps a 1 GB log fast; every other line is cleaned
-(lines.py) and offered to the record parsers. Multi-line records (tracebacks, torchrun's failure
-table, hard-wrapped iteration lines) switch the filter off until they close.
+A log is streamed, never read whole. scan.py passes on only the lines that can hold a record
+(and their context), which is what keeps a 1 GB log fast; each is cleaned (lines.py) and offered
+to the record parsers here and to the failure scanner. Multi-line records (tracebacks, the
+argument block, torchrun's failure table, hard-wrapped iteration lines) make the collector
+``busy``: every line is then fed until they close.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +18,8 @@ import pandas as pd
 
 from labkit.logs import deepspeed, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
-from labkit.logs.lines import Line, clean_line, iter_raw
-
-# Every record parser and failure rule is gated on one of these words; a line with none of them
-# carries nothing we read. Kept as one alternation so the check is a single C-level scan.
-_TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
-             "parameters", "Theoretical", "validation", "test loss", "test results", "step=", "...",
-             "NCCL", " via ", "rror", "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory",
-             "Kill", "SIGKILL", "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog",
-             "imed out", "CUDA", "cuda", "Xid", "ECC", "exitcode", "Tried", "tried", "&")
-_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in _TRIGGERS))
-_TRIGGER_B = re.compile("|".join(re.escape(t) for t in _TRIGGERS).encode())
+from labkit.logs.lines import Line
+from labkit.logs.scan import feed_source
 
 ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
                 "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
@@ -41,7 +32,8 @@ NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"
 _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
                "context_parallel_size": "cp"}
-_MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
+_MAX_WRAP = 8
+_CHUNK_ROWS = 20_000  # a wrapped iteration line is joined over at most this many pieces
 
 
 @dataclass
@@ -97,7 +89,10 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 class _Collector:
     def __init__(self) -> None:
-        self.iterations: dict[int, dict[str, Any]] = {}
+        # Iteration records are packed into DataFrame chunks as they come, so memory grows with
+        # the compact table, not with one Python dict per iteration.
+        self.iter_rows: list[dict[str, Any]] = []
+        self.iter_chunks: list[pd.DataFrame] = []
         self.memory: list[dict[str, Any]] = []
         self.validation: list[dict[str, Any]] = []
         self.params: list[dict[str, Any]] = []
@@ -110,13 +105,18 @@ class _Collector:
         self.scanner = FailureScanner()
         self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
         self.errors = 0
+        self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
 
     @property
     def busy(self) -> bool:
-        return self.scanner.busy or bool(self.pending)
+        return self.scanner.busy or bool(self.pending) or self.in_args > 0
 
     def feed(self, line: Line) -> None:
+        if self.in_args:
+            self.in_args = 0 if "end of arguments" in line.text else self.in_args - 1
+        elif "- arguments -" in line.text:
+            self.in_args = 5000
         src = (line.rank, line.host)
         held = self.pending.pop(src, None)
         if held is not None and megatron.parse_iteration(line.text) is not None:
@@ -133,22 +133,41 @@ class _Collector:
             return
         self._safe(line)
 
+    def _add_iteration(self, rec: dict[str, Any]) -> None:
+        self.iter_rows.append(rec)
+        if len(self.iter_rows) >= _CHUNK_ROWS:
+            self.iter_chunks.append(pd.DataFrame(self.iter_rows))
+            self.iter_rows = []
+
+    def iterations(self) -> pd.DataFrame:
+        """All iteration records; several records of one iteration merge (the last value wins)."""
+        frames = [f for f in self.iter_chunks + [pd.DataFrame(self.iter_rows)] if not f.empty]
+        if not frames:
+            return pd.DataFrame()
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        if df["iteration"].duplicated().any():  # DeepSpeed step + timer lines, or a resumed run
+            df = df.groupby("iteration", sort=True).last().reset_index()
+        elif not df["iteration"].is_monotonic_increasing:
+            df = df.sort_values("iteration", kind="stable")
+        return df
+
     def _safe(self, line: Line) -> None:
         # Never crash on one odd line: count it, keep the first error for the report.
         try:
-            self._records(line)
-            self.scanner.feed(line)
+            if not self._records(line) or self.scanner.busy:  # a training record is no failure
+                self.scanner.feed(line)
         except (ValueError, OverflowError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
             self.errors += 1
             if self.first_error is None:
                 self.first_error = f"line {line.lineno}: {type(e).__name__}: {e}"
 
-    def _records(self, line: Line) -> None:
+    def _records(self, line: Line) -> bool:
+        """Offer the line to the record parsers; True if it was a training record."""
         text = line.text
         rec = megatron.parse_iteration(text)
         if rec is not None:
-            self.iterations.setdefault(rec["iteration"], {}).update(rec)
-            return
+            self._add_iteration(rec)
+            return True
         for parse, sink in ((megatron.parse_memory, self.memory),
                             (megatron.parse_validation, self.validation),
                             (megatron.parse_params, self.params)):
@@ -157,16 +176,16 @@ class _Collector:
                 if sink is self.params and line.rank is not None:
                     r.setdefault("rank", line.rank)
                 sink.append(r)
-                return
+                return True
         ch = nccl.parse_channel(text)
         if ch is not None:
             self.channels.setdefault(tuple(ch.values()), ch)
-            return
+            return True
         for getter in (megatron.parse_layout, ):
             lay = getter(text)
             if lay is not None:
                 self.layout.update(lay)
-                return
+                return False
         ds = deepspeed.parse_step(text)
         if ds is not None:
             if "allocated_mb" in ds:
@@ -174,46 +193,30 @@ class _Collector:
                                     "allocated_mb": ds.pop("allocated_mb"),
                                     "max_allocated_mb": ds.pop("max_allocated_mb")})
             ds.pop("rank", None)
-            self.iterations.setdefault(ds["iteration"], {}).update(ds)
-            return
+            self._add_iteration(ds)
+            return False
         for fn, attr in ((deepspeed.parse_launcher, "launcher"),):
             r = fn(text)
             if r is not None:
                 getattr(self, attr).update(r)
-                return
+                return False
         v = nccl.parse_version(text)
         if v is not None:
             self.nccl_version = self.nccl_version or v
-            return
+            return False
         t = megatron.parse_theoretical_memory(text)
         if t is not None:
             self.theory = t
-            return
+            return False
         a = megatron.parse_argument(text)
         if a is not None:
             self.args.setdefault(*a)
+        return False
 
     def flush(self) -> None:
         for line, _ in list(self.pending.values()):
             self._safe(line)
         self.pending.clear()
-
-
-def _feed_source(col: _Collector, source: Any) -> None:
-    prev: tuple[int, Any] | None = None
-    fed_prev = True
-    force = 0
-    for lineno, raw in iter_raw(source):
-        hit = (_TRIGGER_B if isinstance(raw, bytes) else _TRIGGER_RE).search(raw) is not None
-        if not (hit or force or col.busy):
-            prev, fed_prev = (lineno, raw), False
-            continue
-        if hit and not fed_prev and prev is not None:
-            col.feed(clean_line(prev[1], prev[0]))  # context for a message wrapped onto this line
-        col.feed(clean_line(raw, lineno))
-        force = 1 if hit else max(0, force - 1)  # ... and for one wrapped onto the next line
-        prev, fed_prev = (lineno, raw), True
-    col.flush()
 
 
 def _layout(col: _Collector) -> dict[str, int | None]:
@@ -235,8 +238,7 @@ def _seq_length(col: _Collector) -> int | None:
 
 
 def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.DataFrame:
-    rows = [col.iterations[k] for k in sorted(col.iterations)]
-    df = pd.DataFrame(rows)
+    df = col.iterations()
     df = df.reindex(columns=ITER_COLUMNS + [c for c in df.columns if c not in ITER_COLUMNS])
     if df.empty:
         return df
@@ -285,7 +287,8 @@ def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | 
     many = _is_path_list(source)
     sources = [str(s) for s in source] if many else ([str(source)] if isinstance(source, Path) else [])
     for s in (source if many else [source]):
-        _feed_source(col, s)
+        feed_source(col, s)
+        col.flush()  # a wrapped line never continues into the next file
     layout = _layout(col)
     failures = rank_failures(col.scanner.failures)
     return ParsedLog(

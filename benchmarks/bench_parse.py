@@ -1,0 +1,131 @@
+"""Log parsing speed and memory: labkit.logs.parse_log vs `grep -c iteration` on the same file.
+
+Generates a log of 256 interleaved ranks (srun --label prefixes) in a temporary folder:
+NCCL_DEBUG=INFO start-up lines from every rank, one Megatron iteration line per iteration from
+the last rank, a memory report from every rank after the first iteration (as Megatron does),
+and per-rank chatter
+(warnings, data-loader and timer lines) between iterations. Then prints MB/s of both, their
+ratio, and the parser's peak memory (measured in a child process, next to the same child's
+footprint after imports, so the figure is what parsing adds).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py            # 1 GB (default)
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RANKS = 256
+CHATTER = [
+    "[W reducer.cpp:1300] Warning: find_unused_parameters=True was specified in DDP constructor, but did "
+    "not find any unused ones in the forward pass.",
+    " > building train, validation, and test datasets for GPT ...",
+    "(min, max) time across ranks (ms):",
+    "    forward-backward ...............................: (801.21, 812.33)",
+    "    optimizer ......................................: (10.02, 11.87)",
+    "batch generator: 0.21 | forward-compute: 301.3 | backward-compute: 498.1 | optimizer-step: 10.4",
+    "INFO:megatron.core.datasets.blended_megatron_dataset_builder:Load the GPTDataset train indices",
+    "[2026-11-22 03:30:01,123] torch.distributed.elastic.agent.server.api: [default] Starting worker group",
+]
+
+
+def iteration_line(i: int, n: int) -> str:
+    return (f" [2026-11-22 03:30:01] iteration {i:8d}/{n:8d} | consumed samples: {i * 1024:12d} | "
+            f"elapsed time per iteration (ms): {800 + i % 17:.1f} | throughput per GPU (TFLOP/s/GPU): "
+            f"{180 + i % 7:.1f} | learning rate: {3e-4:.6E} | global batch size:  1024 | lm loss: "
+            f"{8.0 / (1 + i / 1000):.6E} | loss scale: 1.0 | grad norm: {1 + i % 5 / 10:.3f} | "
+            f"number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def generate(path: Path, size_mb: int, seed: int = 0) -> dict[str, int]:
+    """Write the log; returns line counts by kind."""
+    rng = random.Random(seed)
+    target = size_mb * 1_000_000
+    counts = {"iteration": 0, "memory": 0, "nccl": 0, "chatter": 0}
+    with open(path, "w") as f:
+        for r in range(RANKS):
+            f.write(f"{r}: node{r // 8:03d}:4{r:03d}:4{r:03d} [{r % 8}] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+            for ch in range(4):
+                f.write(f"{r}: node{r // 8:03d}:4{r:03d}:5{r:03d} [{r % 8}] NCCL INFO Channel {ch:02d}/0 : "
+                        f"{r}[{r % 8}] -> {(r + 1) % RANKS}[{(r + 1) % 8}] via P2P/CUMEM/read\n")
+            counts["nccl"] += 5
+        i, n = 0, 10**8
+        written = f.tell()
+        while written < target:
+            i += 1
+            buf = [f"{RANKS - 1}: {iteration_line(i, n)}\n"]
+            counts["iteration"] += 1
+            if i == 1:
+                buf += [f"{r}: [Rank {r}] (after {i} iterations) memory (MB) | allocated: 30211.2 | "
+                        f"max allocated: {61000 + r:.1f} | reserved: 64112.0 | max reserved: 64112.0\n"
+                        for r in range(RANKS)]
+                counts["memory"] += RANKS
+            for _ in range(24):
+                buf.append(f"{rng.randrange(RANKS)}: {rng.choice(CHATTER)}\n")
+            counts["chatter"] += 24
+            s = "".join(buf)
+            f.write(s)
+            written += len(s)
+    return counts
+
+
+def time_grep(path: Path) -> tuple[float, int]:
+    t = time.perf_counter()
+    out = subprocess.run(["grep", "-c", "iteration", str(path)], capture_output=True, text=True, check=True)
+    return time.perf_counter() - t, int(out.stdout)
+
+
+CHILD = """
+import json, resource, sys, time
+from labkit.logs import parse_log
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+p = parse_log(sys.argv[1])
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "iterations": len(p.iterations), "memory_rows": len(p.memory),
+                  "channels": len(p.nccl), "failures": len(p.failure_records),
+                  "base_rss_mb": base / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def time_parse(path: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-mb", type=int, default=1000, help="log size in MB (default 1000 = 1 GB)")
+    ap.add_argument("--keep", help="write the log here instead of a temporary folder (kept)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.keep) if args.keep else Path(tmp) / "log.txt"
+        t = time.perf_counter()
+        counts = generate(path, args.size_mb)
+        size_mb = path.stat().st_size / 1e6
+        print(f"generated {size_mb:.0f} MB, {sum(counts.values()):,} lines {counts} from {RANKS} ranks "
+              f"in {time.perf_counter() - t:.1f} s")
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+        g_s, g_n = time_grep(path)
+        r = time_parse(path)
+        print(f"grep -c iteration : {g_s:8.2f} s  {size_mb / g_s:8.1f} MB/s  ({g_n:,} lines)")
+        print(f"labkit parse_log  : {r['seconds']:8.2f} s  {size_mb / r['seconds']:8.1f} MB/s  "
+              f"({r['iterations']:,} iterations, {r['memory_rows']:,} memory rows, {r['channels']:,} channels)")
+        print(f"ratio parse/grep  : {g_s / r['seconds']:.3f} of grep's speed (aim: >= 0.333)")
+        print(f"peak memory       : {r['peak_rss_mb']:.0f} MB RSS ({r['base_rss_mb']:.0f} MB after imports, "
+              f"+{r['peak_rss_mb'] - r['base_rss_mb']:.0f} MB while parsing)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Which lines of a log reach the parsers: a fast pre-filter, with exact context.
+
+Only lines holding a trigger word can carry a record or a failure. For a file, ``grep -F``
+(Aho-Corasick over the whole file, in C) finds them with their line numbers and byte offsets;
+Python then reads around them directly (the line before and after, for messages hard-wrapped
+over two lines, and every following line while a multi-line record is open: a traceback, the
+Megatron argument block, torchrun's failure table). Without grep, or for in-memory lines, the
+same rules run in Python, line by line. Both paths feed the collector the same lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from labkit.errors import LabkitError
+from labkit.logs.lines import Line, clean_line, iter_raw
+
+# Every record parser and failure rule is gated on one of these words.
+TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
+            "number of parameters", "Theoretical", "validation loss", "validation results", "test loss",
+            "test results", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
+            "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory", "Kill", "SIGKILL",
+            "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
+            "cuda", "Xid", "ECC", "exitcode")
+_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS))
+_TRIGGER_B = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
+_GREP_OUT = re.compile(rb"(\d{1,15}):(\d{1,20}):")
+
+
+class Collector(Protocol):
+    busy: bool
+
+    def feed(self, line: Line) -> None: ...
+
+
+def _complete_record(raw: bytes | str) -> bool:
+    """Lines that are whole records on their own need no context lines around them."""
+    b = raw.encode("utf-8", "replace") if isinstance(raw, str) else raw
+    s = b.rstrip()
+    return (b"iteration" in b and s.endswith(b"|")) or b"memory (MB)" in b or b"NCCL INFO" in b
+
+
+def _hit(raw: bytes | str) -> bool:
+    return (_TRIGGER_B if isinstance(raw, bytes) else _TRIGGER_RE).search(raw) is not None
+
+
+def feed_lines(col: Collector, source: Any) -> None:
+    """The pure-Python path: every line is tested for a trigger."""
+    prev: tuple[int, Any] | None = None
+    fed_prev = True
+    force = 0
+    for lineno, raw in iter_raw(source):
+        hit = _hit(raw)
+        if not (hit or force or col.busy):
+            prev, fed_prev = (lineno, raw), False
+            continue
+        context = hit and not _complete_record(raw)
+        if context and not fed_prev and prev is not None:
+            col.feed(clean_line(prev[1], prev[0]))  # a message may have wrapped onto this line
+        col.feed(clean_line(raw, lineno))
+        force = 1 if context else max(0, force - 1)  # ... or onto the next one
+        prev, fed_prev = (lineno, raw), True
+
+
+def _line_before(fh: Any, offset: int) -> bytes | None:
+    if offset <= 0:
+        return None
+    start = max(0, offset - 65536)
+    fh.seek(start)
+    chunk = fh.read(offset - start)
+    body = chunk[:-1] if chunk.endswith(b"\n") else chunk
+    cut = body.rfind(b"\n")
+    return body[cut + 1:] + b"\n" if (cut >= 0 or start == 0) else None
+
+
+def feed_file_grep(col: Collector, path: Path, grep: str) -> None:
+    """The fast path for files: grep finds trigger lines, Python reads their context."""
+    with tempfile.NamedTemporaryFile("w", suffix=".patterns", delete=False) as pf:
+        pf.write("\n".join(TRIGGERS) + "\n")
+    env = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: invalid UTF-8 cannot stop it
+    proc = subprocess.Popen([grep, "-a", "-n", "-b", "-F", "-f", pf.name, "--", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=1 << 20)
+    last_fed = 0
+    try:
+        with open(path, "rb") as fh:
+            assert proc.stdout is not None
+            for out in proc.stdout:
+                m = _GREP_OUT.match(out)
+                if m is None:
+                    continue
+                lineno, offset = int(m.group(1)), int(m.group(2))
+                if lineno <= last_fed:
+                    continue
+                raw = out[m.end():]
+                context = not _complete_record(raw)
+                if context and lineno - 1 > last_fed:
+                    before = _line_before(fh, offset)
+                    if before is not None:
+                        col.feed(clean_line(before, lineno - 1))
+                col.feed(clean_line(raw, lineno))
+                last_fed = lineno
+                pos = offset + len(raw)
+                want_next = context
+                while want_next or col.busy:  # read on directly while a record is open
+                    fh.seek(pos)
+                    nxt = fh.readline()
+                    if not nxt:
+                        break
+                    last_fed += 1
+                    col.feed(clean_line(nxt, last_fed))
+                    pos += len(nxt)
+                    want_next = _hit(nxt) and not _complete_record(nxt)
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+        rc = proc.wait()
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.stderr is not None:
+            proc.stderr.close()
+        os.unlink(pf.name)
+    if rc > 1:  # 0: lines found, 1: none found
+        raise LabkitError(f"grep failed on {path} (exit {rc}): {err.strip()[:300]}. Set "
+                          f"LABKIT_NO_GREP=1 to parse in pure Python.")
+
+
+def feed_source(col: Collector, source: str | Path | Iterable[str] | Iterable[bytes]) -> None:
+    """Feed ``source`` (a path, a text blob or lines) to ``col``; files go through grep if present."""
+    is_file = isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                           and len(source) < 4096 and source.strip() != "")
+    if is_file:
+        path = Path(source)
+        if not path.is_file():
+            raise LabkitError(f"no such log file: {path}. Pass the path of a training log "
+                              f"(e.g. runs/<name>/log.txt) or the lines themselves.")
+        grep = None if os.environ.get("LABKIT_NO_GREP") else shutil.which("grep")
+        if grep:
+            feed_file_grep(col, path, grep)
+            return
+    feed_lines(col, source)

@@ -53,7 +53,8 @@ def generate(path: Path, size_mb: int, seed: int = 0) -> dict[str, int]:
     counts = {"iteration": 0, "memory": 0, "nccl": 0, "chatter": 0}
     with open(path, "w") as f:
         for r in range(RANKS):
-            f.write(f"{r}: node{r // 8:03d}:4{r:03d}:4{r:03d} [{r % 8}] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+            host = f"{r}: node{r // 8:03d}:4{r:03d}"
+            f.write(f"{host}:4{r:03d} [{r % 8}] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
             for ch in range(4):
                 f.write(f"{r}: node{r // 8:03d}:4{r:03d}:5{r:03d} [{r % 8}] NCCL INFO Channel {ch:02d}/0 : "
                         f"{r}[{r % 8}] -> {(r + 1) % RANKS}[{(r + 1) % 8}] via P2P/CUMEM/read\n")
@@ -93,7 +94,8 @@ p = parse_log(sys.argv[1])
 dt = time.perf_counter() - t
 print(json.dumps({"seconds": dt, "iterations": len(p.iterations), "memory_rows": len(p.memory),
                   "channels": len(p.nccl), "failures": len(p.failure_records),
-                  "base_rss_mb": base / 1024, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "base_rss_mb": base / 1024,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -121,7 +123,8 @@ def main() -> None:
         r = time_parse(path)
         print(f"grep -c iteration : {g_s:8.2f} s  {size_mb / g_s:8.1f} MB/s  ({g_n:,} lines)")
         print(f"labkit parse_log  : {r['seconds']:8.2f} s  {size_mb / r['seconds']:8.1f} MB/s  "
-              f"({r['iterations']:,} iterations, {r['memory_rows']:,} memory rows, {r['channels']:,} channels)")
+              f"({r['iterations']:,} iterations, {r['memory_rows']:,} memory rows, "
+              f"{r['channels']:,} channels)")
         print(f"ratio parse/grep  : {g_s / r['seconds']:.3f} of grep's speed (aim: >= 0.333)")
         print(f"peak memory       : {r['peak_rss_mb']:.0f} MB RSS ({r['base_rss_mb']:.0f} MB after imports, "
               f"+{r['peak_rss_mb'] - r['base_rss_mb']:.0f} MB while parsing)")

@@ -226,7 +226,8 @@ def test_grep_and_python_paths_agree(fixture, monkeypatch):
 def test_chunked_iteration_records_give_the_same_frame(monkeypatch):
     from labkit.logs import parse as parse_mod
 
-    whole = {f: parse_log(FIX / f).to_dict() for f in ("deepspeed_0.14_engine.txt", "megatron_lm_v2_2021.txt")}
+    names = ("deepspeed_0.14_engine.txt", "megatron_lm_v2_2021.txt")
+    whole = {f: parse_log(FIX / f).to_dict() for f in names}
     monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)
     for f, d in whole.items():
         assert parse_log(FIX / f).to_dict() == d

@@ -108,7 +108,7 @@ for f in diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED"
 
 # %%
 broken = cfg.replace(name=f"{run_prefix}_broken", data_path="/nonexistent/corpus_text_document",
-                     save_interval=None, train_iters=2)
+                     save_interval=None, train_iters=4, lr_warmup_iters=1)
 bad = launch(broken, cluster=cluster, reuse=False, progress=False)
 failures = diagnose(bad.log_path, exit_code=bad.exit_code(), job_state=str(bad.state()))
 for f in failures[:3]:

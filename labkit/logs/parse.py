@@ -87,6 +87,14 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{c: _clean(v) for c, v in zip(cols, row, strict=True)} for row in df.itertuples(index=False)]
 
 
+def _pack(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Records -> a compact frame (timestamps as datetime64, not one string object per row)."""
+    df = pd.DataFrame(rows)
+    if "timestamp" in df.columns:
+        df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce", format="mixed")
+    return df
+
+
 class _Collector:
     def __init__(self) -> None:
         # Iteration records are packed into DataFrame chunks as they come, so memory grows with
@@ -136,15 +144,17 @@ class _Collector:
     def _add_iteration(self, rec: dict[str, Any]) -> None:
         self.iter_rows.append(rec)
         if len(self.iter_rows) >= _CHUNK_ROWS:
-            self.iter_chunks.append(pd.DataFrame(self.iter_rows))
+            self.iter_chunks.append(_pack(self.iter_rows))
             self.iter_rows = []
 
     def iterations(self) -> pd.DataFrame:
         """All iteration records; several records of one iteration merge (the last value wins)."""
-        frames = [f for f in self.iter_chunks + [pd.DataFrame(self.iter_rows)] if not f.empty]
+        frames = [f for f in self.iter_chunks + [_pack(self.iter_rows)] if not f.empty]
+        self.iter_chunks, self.iter_rows = [], []
         if not frames:
             return pd.DataFrame()
         df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        del frames
         if df["iteration"].duplicated().any():  # DeepSpeed step + timer lines, or a resumed run
             df = df.groupby("iteration", sort=True).last().reset_index()
         elif not df["iteration"].is_monotonic_increasing:

@@ -125,7 +125,12 @@ def bench_script(cfg: RunConfig, run_dir: Path, bench_args: list[str], *,
     if _CONFIG_ARGS not in text:
         raise LabkitError(f"the launch template no longer passes {_CONFIG_ARGS}; "
                           f"bench_script needs updating")
-    return text.replace(_CONFIG_ARGS, " ".join(shlex.quote(a) for a in bench_args))
+    quoted = [shlex.quote(a) for a in bench_args]
+    if cfg.backend == "slurm" and quoted != list(bench_args):
+        # the sbatch template runs the program inside bash -c '...': no nested quoting
+        raise LabkitError(f"benchmark arguments {bench_args} need shell quoting; use a run "
+                          f"root without spaces or quotes (LABKIT_RUN_ROOT)")
+    return text.replace(_CONFIG_ARGS, " ".join(quoted))
 
 
 def run_allreduce_bench(cfg: RunConfig, *, cluster: Any = None, min_bytes: str = "4K",

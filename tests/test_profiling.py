@@ -108,3 +108,22 @@ def test_errors_name_the_file(tmp_path):
     (tmp_path / "empty.json").write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(LabkitError, match="no operator"):
         profile_breakdown(tmp_path / "empty.json")
+
+
+@pytest.mark.gpu
+def test_real_cuda_trace_breakdown(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(2048, 2048, device="cuda")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(3):
+            b = a @ a
+            b.cpu()
+        torch.cuda.synchronize()
+    p.export_chrome_trace(str(tmp_path / "rank0.json"))
+    row = profile_breakdown(tmp_path / "rank0.json").iloc[0]
+    assert row["device"] == "cuda" and row["rank"] == 0
+    assert row["compute_ms"] > 0 and row["memcpy_ms"] > 0

@@ -14,6 +14,8 @@ recognition), it builds a diagnosis:
 
     job.wait(on_poll=HangWatchdog(timeout_s=120, cancel=True))   # raises HangError
     watch(job, hang_timeout_s=120)                                  # the same, shorter
+    w = enable(hang_timeout_s=120)    # every Job.wait in this process (a notebook) is watched
+    disable(w)
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit._logging import log
-from labkit.backends.job import Job, JobState
+from labkit.backends.job import Job, JobState, Watcher, add_watcher, remove_watcher
 from labkit.errors import JobFailedError
 from labkit.logs import Failure, clean_line, detect_hang, last_progress
 
@@ -321,3 +323,20 @@ def watch(job: Job, hang_timeout_s: float = 300.0, *, cancel: bool = True,
     wd = HangWatchdog(hang_timeout_s, cancel=cancel,
                       startup_timeout_s=wait_kwargs.pop("startup_timeout_s", None))
     return job.wait(on_poll=wd, **wait_kwargs)
+
+
+def enable(hang_timeout_s: float = 300.0, **kwargs: Any) -> Watcher:
+    """Watch every ``Job.wait`` of this process (one HangWatchdog per job); returns the
+    watcher so ``disable`` can remove it. ``kwargs`` go to HangWatchdog."""
+    per_job: dict[str, HangWatchdog] = {}
+
+    def watcher(job: Job, state: JobState) -> None:
+        wd = per_job.setdefault(job.job_id, HangWatchdog(hang_timeout_s, **kwargs))
+        wd(job, state)
+
+    add_watcher(watcher)
+    return watcher
+
+
+def disable(watcher: Watcher) -> None:
+    remove_watcher(watcher)

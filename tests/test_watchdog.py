@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 
 from labkit import backends
-from labkit.backends.job import JobState
+from labkit.backends.job import WATCHERS, JobState
 from labkit.config import RunConfig
 from labkit.logs import detect_hang
-from labkit.watchdog import HANG_HINT, HangError, HangWatchdog, _LogFollower, parse_stack, py_spy
+from labkit.watchdog import (
+    HANG_HINT,
+    HangError,
+    HangWatchdog,
+    _LogFollower,
+    disable,
+    enable,
+    parse_stack,
+    py_spy,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_JOB = REPO / "tests" / "programs" / "hang_job.py"
@@ -84,9 +93,14 @@ def test_real_hang_is_diagnosed_with_stacks_and_cancelled(run_root, monkeypatch)
 def test_job_that_keeps_printing_is_not_a_hang(run_root, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     job = _submit("nohang", iters=3, step_s=0.5)
-    wd = HangWatchdog(timeout_s=30, startup_timeout_s=120)
-    assert job.wait(timeout=240, progress=False, on_poll=wd) is JobState.COMPLETED
-    assert wd.report is None and not list(job.run_dir.glob("hang-*"))
+    watcher = enable(hang_timeout_s=30, startup_timeout_s=120)  # the registered-watcher path
+    try:
+        assert watcher in WATCHERS
+        assert job.wait(timeout=240, progress=False) is JobState.COMPLETED
+    finally:
+        disable(watcher)
+    assert watcher not in WATCHERS
+    assert not list(job.run_dir.glob("hang-*"))
 
 
 @pytest.mark.slurm

@@ -62,6 +62,11 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=False,
         init_method_std=0.02,
+        # With PP=2 and interleaving, a rank's previous and next stage are the same peer.
+        # Batched p2p posts (send prev, recv prev, send next, recv next) and gloo matches
+        # messages between two peers in posting order, so activations and gradients swap.
+        # The unbatched path orders sends/receives by even/odd rank and stays matched.
+        batch_p2p_comm=on_cuda,
     )
 
 

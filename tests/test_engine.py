@@ -52,14 +52,15 @@ def test_layout_trains_with_falling_loss(tmp_path, layout):
 
 
 def test_layouts_agree_on_the_loss(tmp_path):
-    """Same seed and data: TP=1, TP=2 and PP=2 compute the same model, so the same loss."""
+    """Same seed and data: TP=1, TP=2, PP=2 (and interleaved) compute the same model and loss."""
     common = dict(train_iters=10, log_interval=1, lr_warmup_iters=2)
     runs = {name: losses(train(tmp_path, name, **common, **layout)) for name, layout in [
         ("tp1", {}), ("tp2", dict(tensor_model_parallel_size=2)),
-        ("pp2", dict(pipeline_model_parallel_size=2))]}
+        ("pp2", dict(pipeline_model_parallel_size=2)),
+        ("pp2vpp2", dict(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=1))]}
     ref = runs["tp1"]
     assert sorted(ref) == list(range(1, 11))
-    for name in ("tp2", "pp2"):
+    for name in ("tp2", "pp2", "pp2vpp2"):
         assert runs[name][1] == pytest.approx(ref[1], rel=1e-5), name
         for it in range(1, 11):
             assert runs[name][it] == pytest.approx(ref[it], abs=2e-3), (name, it)

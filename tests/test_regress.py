@@ -84,3 +84,25 @@ def test_record_without_regress_writes_the_run_dir(run_root, monkeypatch):
 def test_unknown_notebook_is_named():
     with pytest.raises(rg.RegressError, match="no notebook matches"):
         rg.list_notebooks(["99_nope"])
+
+
+def test_cli_names_an_unknown_notebook(tmp_path, capsys):
+    from labkit.cli import main
+
+    assert main(["regress", "99_nope", "--out", str(tmp_path / "o")]) == 1
+    assert "no notebook matches ['99_nope']" in capsys.readouterr().err
+
+
+def test_write_baseline_keeps_the_old_one(tmp_path):
+    doc = {"profile": "cpu", "notebooks": [
+        {"notebook": "01_x", "ok": True, "seconds": 1.0, "output": "", "error": None,
+         "metrics": {"a.final_loss": 7.6}},
+        {"notebook": "02_y", "ok": False, "seconds": 1.0, "output": "", "error": "boom",
+         "metrics": {}}]}
+    m = tmp_path / "metrics.json"
+    m.write_text(json.dumps(doc))
+    out = tmp_path / "cpu.json"
+    out.write_text("{}")
+    rg.write_baseline(m, out)
+    assert json.loads(out.read_text())["notebooks"] == {"01_x": {"a.final_loss": {"value": 7.6}}}
+    assert list(tmp_path.glob("cpu.old-*.json"))

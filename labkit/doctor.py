@@ -143,6 +143,8 @@ def run_probes(ctx: Context) -> ProbeRun:
         if p is not None:
             cmd += [f"--{k}={v}" for k, v in (("partition", p.partition), ("account", p.account),
                                               ("qos", p.qos)) if v]
+            if ctx.wants_cuda:  # one GPU per node is enough to see that a job step gets one
+                cmd += ["--gres=gpu:1"] if p.gpu_request == "gres" else ["--gpus-per-node=1"]
         setup = ([f"module load {m}" for m in p.modules] + list(p.setup)) if p else []
         if setup:
             import shlex
@@ -151,8 +153,12 @@ def run_probes(ctx: Context) -> ProbeRun:
         else:
             cmd += probe
         log.info(f"doctor: probing {n} node(s) with srun (up to {wall:.0f}s)")
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env)]
+        try:
+            procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env)]
+        except OSError as e:  # sinfo answers but there is no srun here
+            run.error, run.fix = f"cannot start srun: {e}", "install the Slurm client (srun)"
+            return run
     else:
         n = 2
         run = ProbeRun("local", n, out)

@@ -82,23 +82,36 @@ def check_gpus(ctx: Context) -> Result:
     name = "CUDA and GPUs"
     import torch
 
-    if not torch.cuda.is_available():
+    here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if ctx.mode == "slurm" and ctx.wants_cuda:
+        # What counts is what a job step sees on the compute nodes, not this login node.
+        run = ctx.probes()
+        seen = {f"{p.get('hostname')}#{p['rank']}": (p.get("gpus"), p.get("gpus_installed"))
+                for p in run.records}
+        if not seen:
+            return Result(name, FAIL, f"a job step asking for one GPU per node did not run: "
+                          f"{run.error}", "check the profile's gpu_request (gres or "
+                          "gpus-per-node) against what sinfo -o %G shows, and the partition; "
+                          + run.fix)
+        detail = ("GPUs visible to a job step per node (installed per nvidia-smi): "
+                  + ", ".join(f"{k}: {v} ({n})" for k, (v, n) in seen.items()))
+        if any(not v for v, _ in seen.values()):
+            return Result(name, FAIL, detail, "request GPUs the way the site does (profile "
+                          "gpu_request: gres or gpus-per-node), check the partition has GPU "
+                          "nodes (sinfo -o %G) and that CUDA_VISIBLE_DEVICES is not empty")
+        if len({v for v, _ in seen.values()}) > 1:
+            return Result(name, WARN, detail, "nodes differ in GPU count: pin the partition or "
+                          "add a --constraint in the profile's sbatch_extra")
+        return Result(name, PASS, detail)
+    if here == 0:
         if ctx.wants_cuda:
-            return Result(name, FAIL, f"no CUDA device visible (torch {torch.__version__}, "
-                          f"built for CUDA {torch.version.cuda})",
+            return Result(name, FAIL, f"no CUDA device visible here (torch {torch.__version__}, "
+                          f"built for CUDA {torch.version.cuda}) and no Slurm cluster to ask",
                           "check nvidia-smi and CUDA_VISIBLE_DEVICES, or use the cpu profile")
         return Result(name, PASS, f"CPU mode: no CUDA device; training uses gloo "
                       f"(torch {torch.__version__})")
-    n = torch.cuda.device_count()
-    names = sorted({torch.cuda.get_device_name(i) for i in range(n)})
-    per_node = [p.get("gpus") for p in ctx.probes().records]
-    detail = f"{n} GPU(s) here: {', '.join(names)}; CUDA {torch.version.cuda}"
-    if ctx.mode == "slurm" and per_node:
-        detail += f"; per node: {per_node}"
-        if len(set(per_node)) > 1:
-            return Result(name, WARN, detail, "nodes differ in GPU count: check the partition "
-                          "and --gres/--gpus-per-node in the profile")
-    return Result(name, PASS, detail)
+    names = sorted({torch.cuda.get_device_name(i) for i in range(here)})
+    return Result(name, PASS, f"{here} GPU(s) here: {', '.join(names)}; CUDA {torch.version.cuda}")
 
 
 def check_slurm(ctx: Context) -> Result:

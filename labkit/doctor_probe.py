@@ -55,6 +55,11 @@ def node_facts() -> dict[str, Any]:
         facts["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as e:  # a node without torch is itself the finding
         facts["gpus"], facts["torch_error"] = None, f"{type(e).__name__}: {e}"
+    try:  # the GPUs the node has, whether or not this job step may use them
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        facts["gpus_installed"] = smi.stdout.count("GPU ") if smi.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        facts["gpus_installed"] = None
     return facts
 
 

@@ -153,3 +153,15 @@ def test_doctor_on_minicluster_catches_unset_socket_ifname(slurm_cluster, clean_
     assert iface.status == FAIL and "loopback" in iface.detail
     assert "GLOO_SOCKET_IFNAME=eth0" in iface.fix
     assert by["all-reduce across nodes"].status == FAIL
+
+
+@pytest.mark.slurm
+def test_gpu_profile_on_cpu_only_cluster_fails_gpus(slurm_cluster, clean_env):
+    """A GPU profile (gres) against the CPU-only mini-cluster: Slurm itself refuses the GPU
+    request, and the doctor says so before any training job is submitted."""
+    profile = slurm_cluster.replace(gpu_request="gres")
+    by = _by_name(doctor.run_doctor(profile, timeout_s=10, checks=[
+        c for c in CHECKS if c[0] in ("slurm", "gpus")]))
+    assert by["slurm"].status == WARN and "no partition offers GRES" in by["slurm"].detail
+    gpus = by["CUDA and GPUs"]
+    assert gpus.status == FAIL and "gres" in gpus.detail.lower() and "gpu_request" in gpus.fix

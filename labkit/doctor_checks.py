@@ -195,8 +195,9 @@ def check_hostfile(ctx: Context) -> Result:
                       "one line per node: `node1 slots=8`")
     bad = []
     for h in hosts:
-        r = _run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-                  "-o", "StrictHostKeyChecking=accept-new", h, "true"], ctx, timeout=20)
+        # BatchMode: fail instead of asking for a password or a host key (as pdsh would hang).
+        r = _run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", h, "true"], ctx,
+                 timeout=20)
         if r is None or r.returncode != 0:
             why = ((r.stderr.strip().splitlines() or ["?"])[-1] if r else "timed out")
             bad.append(f"{h}: {why}")

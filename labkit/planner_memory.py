@@ -71,7 +71,10 @@ CPU_CAP_OVERHEAD_GB = 0.6
 what the planner counts: glibc heap fragmentation and the stacks and 64 MB malloc arenas of
 threads started later. Measured with code/pretrain_gpt.py (3 iterations): a TP=2 run the
 planner puts at 0.76 GB needed a budget in (1.0, 1.4] GB; a PP=2 run put at 0.41 GB one in
-(1.0, 1.3] GB, i.e. 0.24-0.89 GB more; 0.6 GB fits both."""
+(1.0, 1.3] GB, i.e. 0.24-0.89 GB more; 0.6 GB fits both. Checked on the ``cpu`` profile's tiny
+GPT (1 node x 2, DP 2) under a 1.0 GB budget: micro batch 32 (planned 0.875 GB) trained,
+128 (planned 1.66 GB) ran out of memory; under 0.1 GB even micro batch 1 failed ("can't start
+new thread": thread stacks count against RLIMIT_AS)."""
 CONTEXT_GB = {"cuda": 1.0, "cpu": 0.5}
 """Fixed per-process cost: CUDA context + library workspaces, or interpreter + libraries."""
 

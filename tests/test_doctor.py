@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,19 @@ def test_unresolvable_master_addr_fails(clean_env, monkeypatch):
     m = by["MASTER_ADDR and port"]
     assert m.status == FAIL and "no-such-head.invalid" in m.detail and m.fix
     assert by["all-reduce across nodes"].status == FAIL
+
+
+def test_master_port_already_taken_warns(clean_env, monkeypatch):
+    """The classroom trap: everyone on MASTER_PORT=29500. A real listener holds the port."""
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        by = _by_name(doctor.run_doctor(backend="local", timeout_s=10,
+                                        checks=[c for c in CHECKS if c[0] == "master"]))
+    m = by["MASTER_ADDR and port"]
+    assert m.status == WARN and f"port {port}" in m.detail and "MASTER_PORT" in m.fix
 
 
 def test_run_root_that_cannot_exist_fails(clean_env, monkeypatch, tmp_path):

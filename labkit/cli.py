@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-gb", type=float)
     p.add_argument("--micro-batch-size", type=int)
     p.add_argument("--global-batch-size", type=int)
+    p.add_argument("--device", choices=["cpu", "cuda"], help="layouts: default cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="layouts: default fp32")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("render", help="print the job script of a config")

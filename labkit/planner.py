@@ -282,10 +282,12 @@ def cli_plan(args: argparse.Namespace) -> int:
                               f"--gpus-per-node {gpn}; give matching values or only one")
     else:
         nodes, gpn = args.nodes, gpn or 1
+    extra = {k: getattr(args, k, None) for k in ("device", "precision")}
     layouts = plan_layouts(nodes=nodes, gpus_per_node=gpn, model=args.preset,
                            gpu_memory_gb=args.gpu_memory_gb,
                            micro_batch_size=args.micro_batch_size or 1,
-                           global_batch_size=args.global_batch_size)
+                           global_batch_size=args.global_batch_size,
+                           **{k: v for k, v in extra.items() if v is not None})
     if args.json:
         print(json.dumps([lp.to_dict() for lp in layouts if lp.valid], indent=2))
     else:

@@ -231,6 +231,15 @@ def test_cli_plan_world_size_table_and_json(capsys):
     rows = json.loads(out)
     assert rows and all(r["valid"] for r in rows)
     assert {(r["tp"], r["pp"]) for r in rows} >= {(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 4)}
+    rc, out, _ = _run_cli(capsys, "plan", "--world-size", "8", "--preset", "gpt2-124m",
+                          "--device", "cuda", "--precision", "bf16", "--gpu-memory-gb", "80",
+                          "--global-batch-size", "64", "--json")
+    rows = json.loads(out)
+    pure_dp = next(r for r in rows if (r["tp"], r["pp"]) == (1, 1))
+    # bf16 with Adam: 18 bytes per parameter of GPT-2 124M (+ position embeddings) ~ 2.2 GB.
+    states = sum(pure_dp["plan"]["memory_gb"]["first_stage"][k]
+                 for k in ("weights", "gradients", "optimizer"))
+    assert states == pytest.approx(124.4e6 * 18 / 1e9, rel=0.03)
 
 
 def test_cli_plan_errors_exit_2_with_the_numbers(tmp_path, capsys):

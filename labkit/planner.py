@@ -209,6 +209,8 @@ def _one_layout(base: dict[str, Any], tp: int, pp: int, vs: int | None, world: i
                 gpus_per_node: int, hardware: Hardware | str) -> LayoutPlan:
     dp = world // (tp * pp)
     vpp = base["num_layers"] // (pp * vs) if vs else 1
+    # e.g. TP=2 on 3 GPUs per node: some TP pairs straddle two nodes even though 2 <= 3.
+    crosses = rank_grid(world, tp, pp, gpus_per_node).crosses_nodes("tp")
     fields_ = {**base, "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
                "num_layers_per_virtual_pipeline_stage": vs}
     if tp == 1:
@@ -218,10 +220,9 @@ def _one_layout(base: dict[str, Any], tp: int, pp: int, vs: int | None, world: i
             warnings.simplefilter("ignore")  # TP across nodes is flagged below instead
             cfg = RunConfig.from_dict(fields_)
     except ConfigError as e:
-        return LayoutPlan(tp, pp, dp, vpp, reasons=e.violations,
-                          tp_crosses_nodes=tp > gpus_per_node)
+        return LayoutPlan(tp, pp, dp, vpp, reasons=e.violations, tp_crosses_nodes=crosses)
     est = estimate_iteration_time(cfg, hardware)["iteration_s"]
-    return LayoutPlan(tp, pp, dp, vpp, plan=plan(cfg), tp_crosses_nodes=tp > gpus_per_node,
+    return LayoutPlan(tp, pp, dp, vpp, plan=plan(cfg), tp_crosses_nodes=crosses,
                       est_iteration_s=est)
 
 

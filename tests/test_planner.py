@@ -178,6 +178,10 @@ def test_plan_layouts_flags_tp_across_nodes_and_accepts_a_runconfig():
     assert tp4 and all(lp.tp_crosses_nodes for lp in tp4)
     assert not any(lp.tp_crosses_nodes for lp in layouts if lp.tp <= 2)
     assert all(lp.est_iteration_s > 0 for lp in layouts if lp.valid)
+    # TP=2 on 3 GPUs per node: rank pair (2, 3) straddles nodes 0 and 1.
+    odd = plan_layouts(nodes=2, gpus_per_node=3, model=model, micro_batch_size=1,
+                       global_batch_size=12)
+    assert all(lp.tp_crosses_nodes for lp in odd if lp.tp == 2)
     table = format_layouts(layouts)
     assert "TP crosses nodes" in table and table.splitlines()[0].split()[:4] == ["TP", "PP", "DP",
                                                                                    "VPP"]

@@ -192,6 +192,10 @@ def run_probes(ctx: Context) -> ProbeRun:
         run.fix = ("check that the partition has idle nodes (sinfo), that this Python "
                    f"({sys.executable}) exists on the nodes, and the profile's setup lines")
     shutil.rmtree(out, ignore_errors=True)  # our own scratch folder; the results are in run
+    try:
+        out.parent.rmdir()  # .doctor/, when no other doctor run is using it
+    except OSError:
+        pass
     return run
 
 

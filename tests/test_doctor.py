@@ -140,7 +140,7 @@ def test_cli_local_probe_passes_on_this_machine(clean_env):
                                "network interface (NCCL/gloo)"):
         assert by[name]["status"] == "PASS", by[name]
     assert "sum 2 = world size" in by["all-reduce across nodes"]["detail"]
-    assert not list(clean_env.glob(".doctor/*")), "the probe's scratch folder is left behind"
+    assert not (clean_env / ".doctor").exists(), "the probe's scratch folder is left behind"
 
 
 # --- the real mini-cluster (the jobs tests' slurm_cluster session fixture) -------------------

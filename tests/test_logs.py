@@ -231,3 +231,16 @@ def test_chunked_iteration_records_give_the_same_frame(monkeypatch):
     monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)
     for f, d in whole.items():
         assert parse_log(FIX / f).to_dict() == d
+
+
+def test_fast_iteration_path_agrees_with_the_general_one():
+    from labkit.logs.megatron import _parse_fast, _parse_general
+
+    texts = [clean_line(ln).text for f in sorted(FIX.glob("*.txt")) for ln in f.read_text().splitlines()]
+    texts += [ENGINE_LINE, ENGINE_LINE.replace(" lm loss: 7.123456E+00 |", ""),
+              ENGINE_LINE.replace(" grad norm: 1.234 |", "").replace("[2026-11-22 03:30:01] ", "")]
+    fast = [(t, _parse_fast(t)) for t in texts]
+    assert sum(r is not None for _, r in fast) >= 10
+    for t, r in fast:
+        if r is not None:
+            assert r == _parse_general(t), t

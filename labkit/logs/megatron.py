@@ -65,10 +65,47 @@ def _label(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+# The common Megatron-LM line (2021 on, and our engine's) in one match: ~10x faster than the
+# general field-by-field path below, which every other variant takes. Tested to agree with it.
+_N = r"([0-9][0-9.]{0,30}(?:E[+-]\d{1,3})?)"
+_FAST = re.compile(
+    r" ?(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\] )?"
+    r"iteration {0,20}(\d{1,12})/ {0,20}(\d{1,12}) \|"
+    r" consumed samples: {0,20}(\d{1,15}) \| elapsed time per iteration \(ms\): " + _N + r" \|"
+    r"(?: throughput per GPU \(TFLOP/s/GPU\): " + _N + r" \|)? learning rate: " + _N + r" \|"
+    r" global batch size: {0,20}(\d{1,12}) \|(?: lm loss: " + _N + r" \|)? loss scale: " + _N + r" \|"
+    r"(?: grad norm: " + _N + r" \|)? number of skipped iterations: {0,20}(\d{1,12}) \|"
+    r" number of nan iterations: {0,20}(\d{1,12}) \| ?")
+_FAST_COLS = ("timestamp", "iteration", "train_iters", "consumed_samples", "elapsed_ms", "tflops_per_gpu",
+              "lr", "global_batch_size", "lm_loss", "loss_scale", "grad_norm", "skipped", "nan")
+_FAST_INT = frozenset({"iteration", "train_iters", "consumed_samples", "global_batch_size", "skipped", "nan"})
+
+
+def _parse_fast(text: str) -> dict[str, Any] | None:
+    m = _FAST.fullmatch(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {}
+    for col, v in zip(_FAST_COLS, m.groups(), strict=True):
+        if v is not None:
+            rec[col] = v if col == "timestamp" else (int(v) if col in _FAST_INT else float(v))
+    return rec
+
+
 def parse_iteration(text: str) -> dict[str, Any] | None:
     """An iteration line -> a record (dict of column -> value), or None if it is not one."""
     if "|" not in text or "iteration" not in text:
         return None
+    try:
+        fast = _parse_fast(text)
+    except ValueError:  # e.g. "1.2.3": let the general path decide
+        fast = None
+    if fast is not None:
+        return fast
+    return _parse_general(text)
+
+
+def _parse_general(text: str) -> dict[str, Any] | None:
     m = _ITER.search(text)
     if m is None:
         return None

@@ -77,6 +77,8 @@ def _clean(v: Any) -> Any:
         return None
     if hasattr(v, "item"):  # numpy scalar -> python
         v = v.item()
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return None  # JSON has no infinity; the DataFrame keeps it
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
         return v
     return v

@@ -155,6 +155,7 @@ def run_notebook(nb: Path, out_dir: Path, parameters: dict[str, Any], *,
     """Execute one notebook with papermill; never raises for a failing cell (see ``error``)."""
     import papermill as pm
 
+    out_dir = out_dir.resolve()  # the kernel runs in notebooks/: relative paths would move
     out_dir.mkdir(parents=True, exist_ok=True)
     out_nb = out_dir / nb.name
     metrics_file = out_dir / f"{nb.stem}.metrics.json"
@@ -312,7 +313,7 @@ def render_report(results: list[NotebookResult], rows: list[Row], profile: str,
     ex = [r for r in rows if r.metric.startswith("exercise.")]
     lines = [f"# labkit regress: profile `{profile}`", "",
              f"{sum(r.ok for r in results)}/{len(results)} notebooks ran to the end in "
-             f"{total / 60:.1f} min; {len(bad)} regression(s); exercise checks passed: "
+             f"{total / 60:.1f} min; {len(bad)} regression(s) or failure(s); exercise checks passed: "
              f"{sum(1 for r in ex if r.value is True)}/{len(ex)}.", "",
              "| notebook | result | wall time (s) |", "|---|---|---|"]
     lines += [f"| {r.notebook} | {'ok' if r.ok else 'FAILED'} | {r.seconds:.0f} |"
@@ -362,7 +363,7 @@ def regress(notebooks: list[str] | None = None, *, profile: str = "cpu",
             out: str | Path | None = None, parameters: dict[str, Any] | None = None
             ) -> dict[str, Any]:
     """Run, compare and report; returns the JSON summary (``ok`` is False on any problem)."""
-    out = Path(out) if out else REPO_ROOT / "runs" / "regress"
+    out = (Path(out) if out else REPO_ROOT / "runs" / "regress").resolve()
     _set_aside(out)
     out.mkdir(parents=True, exist_ok=True)
     results = run_series(notebooks, profile=profile, backend=backend, out=out,

@@ -45,7 +45,8 @@ def test_run_compare_report(series, tmp_path, monkeypatch):
         "demo.iteration_time_ms": {"value": 90.0},     # within 3 x
         "exercise.layout": {"value": True}}}}))
     out = tmp_path / "out"
-    doc = rg.regress(profile="cpu", baseline=baseline, out=out)
+    monkeypatch.chdir(tmp_path)  # a relative --out (as `make lab` passes) must still collect
+    doc = rg.regress(profile="cpu", baseline=baseline, out="out")
     assert not doc["ok"]
     by = {(r["notebook"], r["metric"]): r for r in doc["rows"]}
     assert by[("00_ok", "demo.final_loss")]["status"] == "REGRESSION"

@@ -16,8 +16,8 @@ gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
 micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
 one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
-memory_limit_gb = 0.1  # per-rank memory cap of the OOM demo (CPU: a real address-space limit)
-oom_micro_batch = 64  # a micro batch that does not fit under memory_limit_gb
+memory_limit_gb = 1.0  # per-rank memory cap of the OOM demo (CPU: a real address-space limit)
+oom_micro_batch = 128  # a micro batch that does not fit under memory_limit_gb
 run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -75,7 +75,7 @@ print({m: f"{v:,.0f} tokens/s" for m, v in tput.items()})
 # %%
 from labkit.planner import plan
 
-sizes = sorted({1, 2, 4, 8, 16, 32, oom_micro_batch})
+sizes = sorted({1, 2, 4, 8, 16, 32, 64, oom_micro_batch})
 need = {m: plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp,
                              memory_limit_gb=memory_limit_gb)).required_gb for m in sizes}
 {m: f"{gb:.3f} GB" for m, gb in need.items()}
@@ -87,7 +87,7 @@ need = {m: plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp,
 # %%
 from labkit.exercises import FIXME, check_max_micro_batch
 
-largest_fitting = max(m for m, gb in need.items() if gb <= memory_limit_gb)  # EXERCISE
+largest_fitting = max([m for m, gb in need.items() if gb <= memory_limit_gb], default=None)  # EXERCISE
 check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=memory_limit_gb)
 
 # %% [markdown]

@@ -192,3 +192,8 @@ def test_detect_hang_by_mtime_and_missing_log(tmp_path):
     m = log.stat().st_mtime
     assert detect_hang(log, timeout_s=10, now=m + 5) is None
     assert detect_hang(log, timeout_s=10, now=m + 60).kind == "hang"
+
+
+def test_state_spellings_and_a_missing_log(tmp_path):
+    assert [f.kind for f in diagnose(["x"], job_state="JobState.TIMEOUT")] == ["time_limit"]
+    assert [f.kind for f in diagnose(tmp_path / "not_yet.txt", job_state="NODE_FAIL")] == ["node_failure"]

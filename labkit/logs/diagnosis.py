@@ -33,9 +33,11 @@ def diagnose(log_path_or_lines: str | Path | Iterable[str], *, exit_code: int | 
     Returns:
         A list of :class:`Failure`; empty when nothing points at a failure.
     """
-    found = list(parse_log(log_path_or_lines).failure_records)
+    missing = isinstance(log_path_or_lines, Path) and not log_path_or_lines.exists()
+    found = [] if missing else list(parse_log(log_path_or_lines).failure_records)  # no log yet: state only
     kinds = {f.kind for f in found}
-    state = (job_state or "").upper().split(" ")[0]
+    # "TIMEOUT", "CANCELLED by 0", "JobState.TIMEOUT" all name the same state
+    state = (job_state or "").upper().split(" ")[0].rsplit(".", 1)[-1]
     kind = _STATE_KIND.get(state)
     if kind and kind not in kinds:
         hint = HINTS["host_oom"] if kind == "host_oom" else HINTS[kind]

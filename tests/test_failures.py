@@ -197,3 +197,4 @@ def test_detect_hang_by_mtime_and_missing_log(tmp_path):
 def test_state_spellings_and_a_missing_log(tmp_path):
     assert [f.kind for f in diagnose(["x"], job_state="JobState.TIMEOUT")] == ["time_limit"]
     assert [f.kind for f in diagnose(tmp_path / "not_yet.txt", job_state="NODE_FAIL")] == ["node_failure"]
+    assert [f.kind for f in diagnose(str(tmp_path / "nope.txt"), exit_code=-9)] == ["host_oom"]

@@ -33,7 +33,9 @@ def diagnose(log_path_or_lines: str | Path | Iterable[str], *, exit_code: int | 
     Returns:
         A list of :class:`Failure`; empty when nothing points at a failure.
     """
-    missing = isinstance(log_path_or_lines, Path) and not log_path_or_lines.exists()
+    src = log_path_or_lines
+    missing = (isinstance(src, Path) or (isinstance(src, str) and "\n" not in src and len(src) < 4096)) \
+        and not Path(src).exists()
     found = [] if missing else list(parse_log(log_path_or_lines).failure_records)  # no log yet: state only
     kinds = {f.kind for f in found}
     # "TIMEOUT", "CANCELLED by 0", "JobState.TIMEOUT" all name the same state

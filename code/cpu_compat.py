@@ -26,7 +26,8 @@ and idempotent: a second call patches nothing and returns ``[]``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -58,6 +58,8 @@ def _sharded_state(model: list[torch.nn.Module], optimizer: Any, scheduler: Any,
         for i, m in enumerate(model):
             sd[f"model{i}"] = m.module.sharded_state_dict()
     model_sd = {k: v for k, v in sd.items() if k.startswith("model")}
+    if is_loading:
+        _init_adam_state(optimizer)
     sd["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading,
                                                    metadata=_OPT_META)
     sd["opt_param_scheduler"] = scheduler.state_dict()
@@ -65,6 +67,49 @@ def _sharded_state(model: list[torch.nn.Module], optimizer: Any, scheduler: Any,
     if with_rng:
         sd["rng_state"] = _rng_object()
     return sd
+
+
+def _init_adam_state(optimizer: Any) -> None:
+    """Give torch Adam empty moments *and* a step before loading into a distributed optimizer.
+
+    Without Apex/Transformer Engine, megatron-core 0.16's state initialiser creates exp_avg and
+    exp_avg_sq but no ``step``, and DistributedOptimizer.state_dict() then asserts that there is
+    exactly one step value. A zero step fills the gap; loading replaces it.
+    """
+    if not getattr(optimizer.config, "use_distributed_optimizer", False):
+        return
+    for sub in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = sub.optimizer
+        for group in inner.param_groups:
+            for p in group["params"]:
+                st = inner.state[p]
+                if not st:
+                    st["exp_avg"] = torch.zeros_like(p.data)
+                    st["exp_avg_sq"] = torch.zeros_like(p.data)
+                st.setdefault("step", torch.tensor(0.0))
+
+
+def _restore_adam_steps(optimizer: Any) -> None:
+    """One correct ``step`` tensor per parameter after a load.
+
+    Without Apex/Transformer Engine, megatron-core 0.16's distributed optimizer keeps torch
+    Adam's step in ``param_groups[i]["step"]``; on load it gives every parameter *one shared*
+    step tensor, which its bucket loader then overwrites with the template's value (0 here).
+    torch's Adam would restart its bias correction and bump the shared tensor once per
+    parameter. The group's step is the restored truth: give each parameter its own copy.
+    """
+    for sub in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(sub, "optimizer", None)
+        if inner is None:
+            continue
+        for group in inner.param_groups:
+            step = group.get("step")
+            for p in group["params"]:
+                st = inner.state.get(p)
+                if not st or not isinstance(st.get("step"), torch.Tensor):
+                    continue
+                st["step"] = (torch.tensor(float(step), dtype=torch.float32)
+                              if step is not None else st["step"].clone())
 
 
 def save(ckpt_root: Path, iteration: int, consumed_samples: int, model: list[torch.nn.Module],
@@ -117,7 +162,9 @@ def load(ckpt_root: Path, model: list[torch.nn.Module], optimizer: Any, schedule
     else:
         for i, m in enumerate(model):
             m.module.load_state_dict(state[f"model{i}"])
-    optimizer.load_state_dict(state["optimizer"])
+    with torch.no_grad():  # the distributed optimizer copies into leaf params in place
+        optimizer.load_state_dict(state["optimizer"])
+    _restore_adam_steps(optimizer)
     scheduler.load_state_dict(state["opt_param_scheduler"])
     if same_layout and "rng_state" in state:
         rng = state["rng_state"]

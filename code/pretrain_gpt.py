@@ -38,7 +38,6 @@ import sys
 import time
 import traceback
 from contextlib import nullcontext
-from functools import partial
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,9 +51,9 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex are not installed.*")
 warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
 
+import cpu_compat  # noqa: E402
 import torch  # noqa: E402
 
-import cpu_compat  # noqa: E402
 from labkit.config import MEGATRON_FLAGS, RunConfig  # noqa: E402
 
 STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
@@ -145,15 +144,14 @@ def mean_loss(losses: list[dict]) -> float | None:
 
 
 def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda: bool) -> None:
-    from megatron.core import parallel_state as ps
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
     import engine_ckpt
     import engine_data
     import engine_log as L
     import engine_model
     from engine_memory import apply_memory_limit
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     rank = torch.distributed.get_rank()
     log = L.RunLog(run_dir)

@@ -67,7 +67,10 @@ def test_layouts_agree_on_the_loss(tmp_path):
 
 
 def test_resume_after_sigkill_continues_the_curve(tmp_path):
-    layout = dict(tensor_model_parallel_size=2, train_iters=20, save_interval=5, log_interval=1)
+    # Interleaved PP x DP with the distributed optimizer: the hardest state to restore.
+    layout = dict(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=1, dp=2,
+                  use_distributed_optimizer=True, train_iters=20, save_interval=5,
+                  log_interval=1)
     reference = losses(train(tmp_path, "straight", **layout))
 
     cfg, run_dir = make_config(tmp_path, "killed", **layout)

@@ -47,7 +47,7 @@ TOLERANCES: list[tuple[str, str, float]] = [
     ("_per_sec", "down", 3.0),
     ("_gbps", "down", 3.0),
     ("loss", "both", 0.15),
-    ("efficiency", "both", 0.5),
+    ("efficiency", "both", 0.75),
     ("fraction", "both", 0.05),   # arithmetic (bubble): tight
     ("_share", "both", 0.75),     # a share of measured time: loose
 ]
@@ -329,7 +329,7 @@ def render_report(results: list[NotebookResult], rows: list[Row], profile: str,
 
 
 def extract_figures(executed_nb: str | Path, fig_dir: Path, limit: int = 3) -> list[Path]:
-    """Save the first ``limit`` PNG outputs of an executed notebook as files."""
+    """Save the first ``limit`` matplotlib figures of an executed notebook as PNG files."""
     import base64
 
     import nbformat
@@ -341,8 +341,10 @@ def extract_figures(executed_nb: str | Path, fig_dir: Path, limit: int = 3) -> l
     saved: list[Path] = []
     for cell in nb.cells:
         for o in cell.get("outputs", []):
-            png = o.get("data", {}).get("image/png") if "data" in o else None
-            if png and len(saved) < limit:
+            data = o.get("data", {}) if "data" in o else {}
+            png = data.get("image/png")
+            # matplotlib figures only, not the static diagrams the notebooks display
+            if png and str(data.get("text/plain", "")).startswith("<Figure") and len(saved) < limit:
                 fig_dir.mkdir(parents=True, exist_ok=True)
                 f = fig_dir / f"{p.stem}_{len(saved) + 1}.png"
                 f.write_bytes(base64.b64decode(png))

@@ -36,7 +36,6 @@ def series(tmp_path):
     return src
 
 
-@pytest.mark.notebooks
 def test_run_compare_report(series, tmp_path, monkeypatch):
     monkeypatch.setattr(rg, "SOLUTIONS_DIR", series)
     baseline = tmp_path / "base.json"

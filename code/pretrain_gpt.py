@@ -339,8 +339,29 @@ def _on_sigterm(signum, frame):  # torchrun stops the other ranks with SIGTERM
     raise SystemExit(128 + signum)
 
 
+def _start_failed(argv: list[str] | None, exc: BaseException) -> int:
+    """A config that cannot run: print why and leave exit_code beside config.json."""
+    args = sys.argv[1:] if argv is None else argv
+    msg = str(exc.code if isinstance(exc, SystemExit) else exc)
+    if msg and msg != "None" and not msg.isdigit():
+        print(f"pretrain_gpt: {msg}" if not msg.startswith("pretrain_gpt") else msg,
+              file=sys.stderr, flush=True)
+    if "--config" in args and int(os.environ.get("RANK", "0")) == 0:
+        i = args.index("--config")
+        if i + 1 < len(args) and Path(args[i + 1]).parent.is_dir():
+            _write_exit_code(Path(args[i + 1]).parent, 2)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg, run_dir, ckpt_root, resume = parse_args(argv)
+    from labkit.errors import ConfigError
+
+    try:
+        cfg, run_dir, ckpt_root, resume = parse_args(argv)
+    except (ConfigError, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise  # --help
+        return _start_failed(argv, exc)
     rank = int(os.environ.get("RANK", "0"))
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:

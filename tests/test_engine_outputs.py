@@ -56,3 +56,16 @@ def test_no_resume_keeps_old_checkpoints_aside(tmp_path):
     assert "resumed from" not in log
     assert list(tmp_path.joinpath("again").glob("checkpoints.old-*/iter_0000004"))
     assert losses(run_dir) == first  # same seed, same data, from scratch: the same curve
+
+
+def test_bad_config_fails_before_training_with_exit_code(tmp_path):
+    run_dir = tmp_path / "bad"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(
+        {"name": "bad", "gpus_per_node": 2, "tensor_model_parallel_size": 3}))
+    out = subprocess.run([PYTHON, str(REPO / "code" / "pretrain_gpt.py"), "--config",
+                          str(run_dir / "config.json")], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2
+    assert "TP x PP = 3 x 1 = 3 does not divide world size 2" in out.stderr
+    assert (run_dir / "exit_code").read_text().strip() == "2"

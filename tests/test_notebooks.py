@@ -2,8 +2,10 @@
 overrides declared, and (marked ``notebooks``) every solved notebook executed with papermill.
 
 The executed series runs on the real Slurm mini-cluster (backend ``slurm``, the
-``slurm_cluster`` fixture) when it can start, else on the local backend; the executed copies
-are kept under ``runs/ci/notebooks/`` and a failure names the notebook and the cell.
+``slurm_cluster`` fixture) when it can start, else on the local backend
+(``LABKIT_NOTEBOOK_BACKEND=local|slurm`` forces one); the executed copies are kept under
+``runs/ci/notebooks/`` (``BACKEND`` says which was used) and a failure names the notebook and
+the cell.
 """
 
 from __future__ import annotations

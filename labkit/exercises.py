@@ -95,7 +95,8 @@ def _unfilled(name: str, **answers: Any) -> CheckResult | None:
     left = [k for k, v in answers.items() if v is FIXME]
     if not left:
         return None
-    return _finish(name, [f"{', '.join(left)} still FIXME: replace FIXME with your answer and re-run the cell."], "")
+    return _finish(name, [f"{', '.join(left)} still FIXME: replace FIXME with your answer "
+                          f"and re-run the cell."], "")
 
 
 def _is_int(v: Any) -> bool:

@@ -25,7 +25,7 @@ hostname to 127.0.0.1 across nodes, export GLOO_SOCKET_IFNAME=<the node's interf
 
 Writes into the run directory (the config file's folder): log.txt (Megatron-LM-format lines,
 unless LABKIT_LOG_CAPTURED=1), tb/ (TensorBoard), checkpoints/, profile/ (with profile=True),
-exit_code.
+exit_code, and data_cache/ (megatron-core's GPTDataset sample index for this run's sizes).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size)
                   for _ in range(n_chunks)]
     prof = _profiler(cfg, rank, run_dir, on_cuda)
-    acc = {"loss": 0.0, "n": 0, "time": 0.0, "skipped": 0, "nan": 0}
+    acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
     memory_reported = False
     with prof or nullcontext():
         while iteration < cfg.train_iters:
@@ -232,6 +232,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             if on_cuda:
                 torch.cuda.synchronize()
             acc["time"] += time.perf_counter() - t0
+            acc["iters"] += 1  # since the last log line (fewer right after a resume)
             if loss is not None:
                 bad = loss != loss or loss in (float("inf"), float("-inf"))
                 acc["nan"] += int(bad)
@@ -241,9 +242,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             if prof is not None:
                 prof.step()
             if iteration % cfg.log_interval == 0 or iteration == cfg.train_iters:
-                steps = cfg.log_interval if iteration % cfg.log_interval == 0 else \
-                    iteration % cfg.log_interval
-                elapsed = acc["time"] / max(1, steps)
+                elapsed = acc["time"] / max(1, acc["iters"])
                 if logs_iterations:
                     avg = acc["loss"] / acc["n"] if acc["n"] else float("nan")
                     tflops = flops / (elapsed * cfg.world_size) / 1e12
@@ -267,7 +266,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                         log.emit(L.MemoryMeter.cpu_note())
                     log.emit(meter.line(rank, iteration))
                 memory_reported = True
-                acc.update(loss=0.0, n=0, time=0.0, skipped=0, nan=0)
+                acc.update(loss=0.0, n=0, time=0.0, iters=0, skipped=0, nan=0)
             if cfg.eval_interval and (iteration % cfg.eval_interval == 0
                                       or iteration == cfg.train_iters):
                 STATE["phase"] = "evaluation"

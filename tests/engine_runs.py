@@ -75,8 +75,12 @@ def train(tmp_path: Path, name: str = "engine", *, check: bool = True, timeout: 
           extra_args: list[str] | None = None, **cfg_overrides: Any) -> Path:
     """Run a real short training; returns its run directory (log.txt, tb/, checkpoints/, ...).
 
-    ``cfg_overrides`` are RunConfig fields (plus ``dp=N`` for data-parallel replicas). With
-    ``check`` a non-zero exit raises with the end of torchrun's output.
+    ``cfg_overrides`` are RunConfig fields (plus ``dp=N`` for data-parallel replicas); the
+    defaults are ``SMALL`` (4 layers, hidden 64, seq 64, 30 iterations, a log line every 5).
+    With ``check`` a non-zero exit raises with the end of torchrun's output. Calling it again
+    with the same ``tmp_path``/``name`` resumes from that run's checkpoints (pass
+    ``extra_args=["--no-resume"]`` to start over); torchrun's own output is in
+    ``run_dir/torchrun.out``.
     """
     cfg, run_dir = make_config(tmp_path, name, **cfg_overrides)
     proc = launch(cfg, run_dir, extra_args=extra_args)

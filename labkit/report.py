@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -21,8 +19,8 @@ import pandas as pd
 
 from labkit._logging import log
 from labkit.config import RunConfig
-from labkit.errors import JobFailedError, LabkitError
-from labkit.paths import CODE_DIR, run_root
+from labkit.errors import LabkitError
+from labkit.paths import run_root
 
 PACKAGES = ("labkit", "torch", "megatron-core", "pandas", "matplotlib", "tensorboard",
             "papermill", "ipywidgets")
@@ -102,71 +100,21 @@ def steady_median(df: pd.DataFrame, column: str = "elapsed_ms", skip: int = 1) -
 
 
 # --- the all-reduce benchmark as a job -------------------------------------------------------
-_CONFIG_ARGS = '--config "$RUN_DIR/config.json"'
-
-
-def bench_script(cfg: RunConfig, run_dir: Path, bench_args: list[str], *,
-                 cluster: Any = None) -> str:
-    """The run's own launch script (local or sbatch) with the benchmark as the program.
-
-    The launch scripts pass ``--config``; the benchmark takes its own flags instead, so they
-    replace that one argument. A template without it is an error, not a silent no-op.
-    """
-    import shlex
-
-    from labkit.render import render_local, render_sbatch
-
-    bench = CODE_DIR / "allreduce_bench.py"
-    if cfg.backend == "slurm":
-        from labkit.cluster import resolve_profile
-        text = render_sbatch(cfg, resolve_profile(cluster), run_dir, program=bench)
-    else:
-        text = render_local(cfg, run_dir, program=bench)
-    if _CONFIG_ARGS not in text:
-        raise LabkitError(f"the launch template no longer passes {_CONFIG_ARGS}; "
-                          f"bench_script needs updating")
-    quoted = [shlex.quote(a) for a in bench_args]
-    if cfg.backend == "slurm" and quoted != list(bench_args):
-        # the sbatch template runs the program inside bash -c '...': no nested quoting
-        raise LabkitError(f"benchmark arguments {bench_args} need shell quoting; use a run "
-                          f"root without spaces or quotes (LABKIT_RUN_ROOT)")
-    return text.replace(_CONFIG_ARGS, " ".join(quoted))
-
-
 def run_allreduce_bench(cfg: RunConfig, *, cluster: Any = None, min_bytes: str = "4K",
                         max_bytes: str = "4M", step_factor: int = 4,
                         scopes: str = "world,intra,inter", timeout: float = 600.0
                         ) -> pd.DataFrame:
-    """Run code/allreduce_bench.py across ``cfg``'s nodes; returns its bus-bandwidth rows.
+    """Run code/allreduce_bench.py across ``cfg``'s nodes as a labkit job; its busbw rows.
 
-    Writes ``runs/<cfg.name>/{config.json, job.sh, log.txt, busbw.jsonl}`` (an earlier
-    directory of that name is moved aside).
+    The job is submitted through the same backend as training (``labkit.comm.submit_bench``),
+    so it is recorded in ``runs/<cfg.name>/`` and cancellable like any other; an earlier
+    directory of that name is moved aside, never deleted.
     """
-    from labkit.comm import read_busbw
-    from labkit.rundir import prepare_run_dir
+    from labkit.comm import read_busbw, submit_bench
 
-    d = prepare_run_dir(cfg, overwrite=True)
-    out = d / "busbw.jsonl"
-    args = ["-b", min_bytes, "-e", max_bytes, "-f", str(step_factor), "--scopes", scopes,
-            "--json-out", str(out)]
-    script = d / "job.sh"
-    script.write_text(bench_script(cfg, d, args, cluster=cluster))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if cfg.backend == "slurm":
-        from labkit.cluster import resolve_profile
-        prof = resolve_profile(cluster)
-        if prof.slurm_conf:
-            env["SLURM_CONF"] = prof.slurm_conf
-        cmd = ["sbatch", "--wait", "--parsable", str(script)]
-    else:
-        from labkit.backends.local import free_port
-        env["MASTER_PORT"] = str(free_port())
-        cmd = ["bash", str(script)]
-    with open(d / "log.txt", "ab") as logf:
-        p = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=d, env=env,
-                           timeout=timeout)
-    if p.returncode != 0 or not out.exists():
-        tail = (d / "log.txt").read_text(errors="replace")[-2000:]
-        raise JobFailedError(f"allreduce_bench in {d} failed (exit {p.returncode}); last "
-                             f"lines:\n{tail}", state="FAILED", log_tail=tail)
-    return read_busbw(out)
+    job = submit_bench(cfg.name, nodes=cfg.nodes, procs_per_node=cfg.gpus_per_node,
+                       backend=cfg.backend, profile=cluster, device=cfg.device,
+                       scopes=tuple(scopes.split(",")), min_bytes=min_bytes,
+                       max_bytes=max_bytes, factor=step_factor, overwrite=True)
+    job.wait(timeout=timeout, progress=False, raise_on_failure=True)
+    return read_busbw(job.run_dir)

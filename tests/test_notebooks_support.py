@@ -67,13 +67,3 @@ def test_report_helpers(run_root):
     assert v.loc["no-such-package-xyz", "version"] == "missing"
     df = pd.DataFrame({"elapsed_ms": [900.0, 100.0, 110.0, 120.0]})
     assert report.steady_median(df) == pytest.approx(110.0)
-
-
-def test_bench_script_swaps_the_program_arguments(run_root):
-    from labkit.config import RunConfig
-    from labkit.report import bench_script
-
-    cfg = RunConfig.for_profile("cpu", name="bw")
-    text = bench_script(cfg, run_root / "bw", ["-b", "4K", "--scopes", "world,intra"])
-    assert "allreduce_bench.py" in text and "-b 4K --scopes world,intra" in text
-    assert '--config "$RUN_DIR/config.json"' not in text

@@ -49,7 +49,9 @@ TOLERANCES: list[tuple[str, str, float]] = [
     ("loss", "both", 0.15),
     ("efficiency", "both", 0.75),
     ("fraction", "both", 0.05),   # arithmetic (bubble): tight
-    ("_share", "both", 0.75),     # a share of measured time: loose
+    # A share of profiled time (communication vs compute) swings with whatever else the machine
+    # runs (0.07 to 0.45 measured on this 2-core VM): shown in the table, never judged.
+    ("_share", "report", 0.0),
 ]
 
 _memory: dict[str, Any] = {}
@@ -239,6 +241,8 @@ def tolerance_for(metric: str, spec: dict[str, Any] | None = None) -> tuple[str,
 
 
 def _judge(value: Any, base: Any, direction: str, tol: float) -> tuple[bool, str]:
+    if direction == "report":
+        return True, "reported only"
     if direction == "equal" or not isinstance(base, (int, float)) or isinstance(base, bool):
         return value == base, "== baseline"
     if not isinstance(value, (int, float)) or isinstance(value, bool):

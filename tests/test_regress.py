@@ -106,3 +106,14 @@ def test_write_baseline_keeps_the_old_one(tmp_path):
     rg.write_baseline(m, out)
     assert json.loads(out.read_text())["notebooks"] == {"01_x": {"a.final_loss": {"value": 7.6}}}
     assert list(tmp_path.glob("cpu.old-*.json"))
+
+
+def test_time_shares_are_reported_not_judged():
+    from labkit.regress import _judge, tolerance_for
+
+    direction, _ = tolerance_for("profiled.communication_share")
+    assert direction == "report"
+    assert _judge(0.07, 0.45, direction, 0.0) == (True, "reported only")
+    # a loss is still judged
+    d, tol = tolerance_for("run.final_loss")
+    assert _judge(9.0, 7.0, d, tol)[0] is False

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 
-from labkit import comm, localslurm
+from labkit import comm
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--plot", help="save the busbw plot to this PNG")
     a = ap.parse_args()
-    backend = a.backend or ("slurm" if localslurm.is_up() else "local")
+    backend = a.backend or ("slurm" if minicluster.is_up() else "local")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("LABKIT_RUN_ROOT", tempfile.mkdtemp(prefix="bench_allreduce-"))
     t0 = time.time()

@@ -14,8 +14,8 @@ import statistics
 import tempfile
 import time
 
-from labkit import doctor, localslurm
-from labkit.doctor_checks import CHECKS
+from labkit import doctor
+from labkit.doctor.checks import CHECKS
 
 
 def timed_run(backend: str) -> tuple[float, float, dict[str, float], list[str]]:
@@ -47,7 +47,7 @@ def main() -> int:
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("LABKIT_RUN_ROOT", tempfile.mkdtemp(prefix="bench_doctor-"))
-    backends = (["slurm"] if localslurm.is_up() else []) + ["local"]
+    backends = (["slurm"] if minicluster.is_up() else []) + ["local"]
     if "slurm" not in backends:
         print("mini-cluster is not up (labkit cluster up): timing the local path only")
     for backend in backends:

@@ -52,10 +52,10 @@ def main() -> None:
     os.environ["LABKIT_RUN_ROOT"] = tempfile.mkdtemp(prefix="bench_submit_")
     backends: list[tuple[str, object]] = [("local", None)]
     if not args.no_slurm:
-        from labkit import localslurm
+        from labkit import minicluster
 
-        if localslurm.is_up() or os.geteuid() == 0:
-            backends.append(("slurm", localslurm.cluster_up()))
+        if minicluster.is_up() or os.geteuid() == 0:
+            backends.append(("slurm", minicluster.cluster_up()))
     print(f"{'backend':8} {'submit s':>9} {'to RUNNING s':>13} {'to 1st iter s':>14}  final")
     for backend, profile in backends:
         firsts = []

@@ -19,7 +19,7 @@ from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from labkit.planner_grid import rank_grid  # noqa: E402
+from labkit.planner.grid import rank_grid  # noqa: E402
 
 COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948",
           "#ff9da7"]

@@ -19,16 +19,16 @@ from labkit.errors import ConfigError, LabkitError
 # subcommand -> "module:function"; the function takes the parsed args and returns an exit code.
 HANDLERS = {
     "check": "labkit.cli:cmd_check",
-    "plan": "labkit.planner:cli_plan",
+    "plan": "labkit.planner.plan:cli_plan",
     "render": "labkit.render:cli_render",
     "parse": "labkit.logs:cli_parse",
     "submit": "labkit.backends:cli_submit",
     "status": "labkit.backends:cli_status",
     "cancel": "labkit.backends:cli_cancel",
     "logs": "labkit.backends:cli_logs",
-    "cluster": "labkit.localslurm:cli_cluster",
+    "cluster": "labkit.minicluster:cli_cluster",
     "regress": "labkit.regress:cli_regress",
-    "doctor": "labkit.doctor:cli_doctor",
+    "doctor": "labkit.doctor.preflight:cli_doctor",
 }
 
 

@@ -5,7 +5,7 @@ A student notebook holds ``tp = FIXME``; the cell below it calls a check such as
 numbers ("TP x PP x DP = 2 x 1 x 1 = 2, but the job has 4 ranks"), a right one a confirmation.
 
 Every check returns a ``CheckResult`` (truthy when passed) and records its outcome through
-``labkit.regress.record`` so ``labkit regress`` can report "exercise checks passed".
+``labkit.record.record`` so ``labkit regress`` can report "exercise checks passed".
 With ``LABKIT_EXERCISES_STRICT=1`` (set by ``labkit regress`` for the solved notebooks) a wrong
 answer raises ``ExerciseError``, so a broken solution fails the notebook at that very cell.
 """
@@ -81,7 +81,7 @@ def _finish(name: str, problems: list[str], ok_message: str) -> CheckResult:
     res = CheckResult(name, not problems, ok_message if not problems else " ".join(problems))
     RESULTS.append(res)
     try:  # regress is optional here: a check must work in a bare notebook too
-        from labkit.regress import record
+        from labkit.record import record
         record(f"exercise.{name}", bool(res.passed))
     except ImportError:
         pass

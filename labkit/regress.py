@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -31,8 +30,8 @@ from typing import Any
 from labkit._logging import log
 from labkit.errors import LabkitError
 from labkit.paths import NOTEBOOK_DIR, REPO_ROOT, run_root
+from labkit.record import METRICS_ENV
 
-METRICS_ENV = "LABKIT_METRICS_FILE"
 BASELINE_DIR = REPO_ROOT / "baselines"
 SOLUTIONS_DIR = NOTEBOOK_DIR / "solutions"
 
@@ -54,65 +53,9 @@ TOLERANCES: list[tuple[str, str, float]] = [
     ("_share", "report", 0.0),
 ]
 
-_memory: dict[str, Any] = {}
-
 
 class RegressError(LabkitError, RuntimeError):
     """A notebook failed to run (names the notebook and the cell)."""
-
-
-# --- recording (called from inside the notebooks) --------------------------------------------
-def record(name: str, value: Any, *, run_name: str | None = None) -> Any:
-    """Record one metric of the running notebook; returns ``value`` so a cell can show it.
-
-    Written to ``$LABKIT_METRICS_FILE`` when ``labkit regress`` runs the notebook, else to
-    ``runs/<run_name>/metrics.json`` when ``run_name`` is given; always kept in memory.
-    """
-    if hasattr(value, "item"):  # numpy / torch scalars -> plain JSON numbers
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    _memory[name] = value
-    target = os.environ.get(METRICS_ENV)
-    path = Path(target) if target else (run_root() / run_name / "metrics.json"
-                                        if run_name else None)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data[name] = value
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return value
-
-
-def recorded() -> dict[str, Any]:
-    """Everything recorded in this process so far."""
-    return dict(_memory)
-
-
-def record_run(prefix: str, iterations: Any, memory: Any = None, *, skip_warmup: int = 1,
-               run_name: str | None = None) -> dict[str, Any]:
-    """Record the standard metrics of one run from its parsed DataFrames.
-
-    ``iterations`` has the contract's columns (``elapsed_ms``, ``lm_loss``,
-    ``tokens_per_sec``); ``memory`` optionally ``max_allocated_mb``. The first ``skip_warmup``
-    iterations are left out of the timings (start-up costs, not steady state).
-    """
-    out: dict[str, Any] = {}
-    df = iterations
-    steady = df.iloc[skip_warmup:] if len(df) > skip_warmup else df
-    if "elapsed_ms" in df and steady["elapsed_ms"].notna().any():
-        out[f"{prefix}.iteration_time_ms"] = float(steady["elapsed_ms"].median())
-    if "lm_loss" in df and df["lm_loss"].notna().any():
-        out[f"{prefix}.final_loss"] = float(df["lm_loss"].dropna().iloc[-1])
-    if "tokens_per_sec" in df and steady["tokens_per_sec"].notna().any():
-        out[f"{prefix}.tokens_per_sec"] = float(steady["tokens_per_sec"].median())
-    if memory is not None and len(memory) and "max_allocated_mb" in memory:
-        peak = memory["max_allocated_mb"].max()
-        if peak == peak:  # not NaN
-            out[f"{prefix}.peak_memory_mb"] = float(peak)
-    for k, v in out.items():
-        record(k, v, run_name=run_name)
-    return out
 
 
 # --- running the series ----------------------------------------------------------------------

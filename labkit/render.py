@@ -16,10 +16,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from labkit.cluster import ClusterProfile, resolve_profile
 from labkit.config import RunConfig
 from labkit.paths import CODE_DIR
 from labkit.paths import run_dir as default_run_dir
+from labkit.site import ClusterProfile, resolve_profile
 
 TEMPLATE_DIR = CODE_DIR / "templates"
 _SLOT = re.compile(r"\{\{(\w+)\}\}")

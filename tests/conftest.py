@@ -39,13 +39,13 @@ def slurm_cluster():
     session and stopped at the end if this session started it; yields its ClusterProfile."""
     if os.geteuid() != 0:
         skip_or_fail("the Slurm mini-cluster needs root (labkit cluster up); use backend='local'")
-    from labkit import localslurm
+    from labkit import minicluster
 
-    was_up = localslurm.is_up()
+    was_up = minicluster.is_up()
     try:
-        profile = localslurm.cluster_up()
+        profile = minicluster.cluster_up()
     except Exception as e:  # noqa: BLE001 - any start-up failure is reported the same way
         skip_or_fail(f"labkit cluster up failed: {e}")
     yield profile
     if not was_up:
-        localslurm.cluster_down()
+        minicluster.cluster_down()

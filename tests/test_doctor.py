@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from labkit import doctor
-from labkit.doctor_checks import CHECKS, FAIL, PASS, WARN, Result
+from labkit.doctor.checks import CHECKS, FAIL, PASS, WARN, Result
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "doctor_table.txt"

@@ -58,12 +58,12 @@ def test_figures_script_writes_the_images(tmp_path):
         assert (REPO / "images" / n).exists(), f"images/{n} is not committed; run make_figures.py"
 
 
-def test_report_helpers(run_root):
+def test_lab_helpers(run_root):
     import pandas as pd
 
-    from labkit import report
+    from labkit import lab
 
-    v = report.versions(("labkit", "no-such-package-xyz"))
+    v = lab.versions(("labkit", "no-such-package-xyz"))
     assert v.loc["no-such-package-xyz", "version"] == "missing"
     df = pd.DataFrame({"elapsed_ms": [900.0, 100.0, 110.0, 120.0]})
-    assert report.steady_median(df) == pytest.approx(110.0)
+    assert lab.steady_median(df) == pytest.approx(110.0)

@@ -22,7 +22,7 @@ from labkit.planner import (
     stage_memory,
     stage_params,
 )
-from labkit.planner_memory import (
+from labkit.planner.memory import (
     ALLOCATOR_FACTOR,
     CONTEXT_GB,
     CPU_CAP_OVERHEAD_GB,

@@ -7,7 +7,7 @@
   ``memory_limit_gb`` (RLIMIT_AS, a real out-of-memory beyond it). A budget of half what the
   planner requires must end in an out-of-memory; 1.5 x what it requires must train. The margin
   between is deliberate: on CPU the planner's ``CPU_CAP_OVERHEAD_GB`` is calibrated on two
-  measured runs (see labkit/planner_memory.py), so the test asks for clear-cut outcomes only.
+  measured runs (see labkit/planner/memory.py), so the test asks for clear-cut outcomes only.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def series(tmp_path):
     src = tmp_path / "solutions"
     src.mkdir()
     _nb(src / "00_ok.ipynb", [
-        "from labkit.regress import record\nfrom labkit.exercises import check_layout",
+        "from labkit.record import record\nfrom labkit.exercises import check_layout",
         "record('demo.final_loss', loss)\nrecord('demo.iteration_time_ms', 100.0)",
         "check_layout(2, 1, 2, world_size=4)",
         "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()",
@@ -75,10 +75,12 @@ def test_tolerances_by_metric_name():
 
 
 def test_record_without_regress_writes_the_run_dir(run_root, monkeypatch):
-    monkeypatch.delenv(rg.METRICS_ENV, raising=False)
-    rg.record("a.final_loss", 3.5, run_name="nb01")
+    from labkit import record as rec
+
+    monkeypatch.delenv(rec.METRICS_ENV, raising=False)
+    rec.record("a.final_loss", 3.5, run_name="nb01")
     assert json.loads((run_root / "nb01" / "metrics.json").read_text()) == {"a.final_loss": 3.5}
-    assert rg.recorded()["a.final_loss"] == 3.5
+    assert rec.recorded()["a.final_loss"] == 3.5
 
 
 def test_unknown_notebook_is_named():

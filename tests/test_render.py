@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cluster import ClusterProfile, load_profile
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.render import render_hostfile, render_local, render_sbatch, sbatch_options
+from labkit.site import ClusterProfile, load_profile
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"

@@ -13,9 +13,9 @@ import pytest
 from labkit.backends import Job, JobState, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.backends.slurm import SLURM_STATES, _map
-from labkit.cluster import ClusterProfile
 from labkit.config import RunConfig
 from labkit.errors import LabkitError, SubmissionError
+from labkit.site import ClusterProfile
 
 PROFILE = ClusterProfile(name="fake", partition="lab", time_limit="00:05:00")
 

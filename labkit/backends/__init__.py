@@ -26,12 +26,12 @@ from labkit.backends.job import (
     backend_module,
     remove_watcher,
 )
-from labkit.cluster import ClusterProfile, resolve_profile
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
 from labkit.rundir import prepare_run_dir
+from labkit.site import ClusterProfile, resolve_profile
 
 __all__ = ["FINISHED", "WATCHERS", "Job", "JobState", "add_watcher", "remove_watcher", "submit",
            "list_jobs", "get_job", "cli_submit", "cli_status", "cli_cancel", "cli_logs"]

@@ -24,7 +24,7 @@ run_doctor = True  # run the preflight checks (labkit doctor)
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -52,7 +52,7 @@ if run_doctor:
 import os
 import subprocess
 
-from labkit.cluster import resolve_profile
+from labkit.site import resolve_profile
 
 if backend == "slurm":
     prof = resolve_profile(cluster)

@@ -21,7 +21,7 @@ run_name = "nb01_dp"  # the run's folder: runs/<run_name>/ (notebook 02 reuses t
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -59,7 +59,7 @@ check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size
 # the local backend, one `torchrun` per simulated node on this machine.
 
 # %%
-from labkit.cluster import resolve_profile
+from labkit.site import resolve_profile
 from labkit.paths import run_root
 from labkit.render import render_local, render_sbatch
 
@@ -75,7 +75,7 @@ else:
 # very same run already finished, it is reused instead of trained again.)
 
 # %%
-from labkit.report import launch
+from labkit.lab import launch
 
 job = launch(cfg, cluster=cluster)
 print(job.state(), job.run_dir)
@@ -111,7 +111,7 @@ plot_iteration_time(run.iterations, ax=axes[1])
 plt.show()
 
 # %%
-from labkit.regress import record_run
+from labkit.record import record_run
 
 record_run("dp_1node", run.iterations, run.memory)
 

@@ -20,7 +20,7 @@ run_name = "nb02_dp_2nodes"  # the 2-node run's folder under runs/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -45,7 +45,7 @@ print(two.summary())
 # starts `gpus_per_node` ranks that meet at the head node (`MASTER_ADDR`).
 
 # %%
-from labkit.cluster import resolve_profile
+from labkit.site import resolve_profile
 from labkit.paths import run_root
 from labkit.render import render_sbatch
 
@@ -56,7 +56,7 @@ print("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "s
 # ## 3 Run both
 
 # %%
-from labkit.report import launch
+from labkit.lab import launch
 
 job1 = launch(one, cluster=cluster)
 job2 = launch(two, cluster=cluster)
@@ -83,7 +83,7 @@ plot_iteration_time(df, by="name")
 plt.show()
 
 # %%
-from labkit.report import steady_median
+from labkit.lab import steady_median
 
 t1 = steady_median(df[df["name"] == one.name])
 t2 = steady_median(df[df["name"] == two.name])
@@ -101,7 +101,7 @@ check_scaling_efficiency(efficiency, time_1=t1, time_n=t2, n=nodes)
 
 # %%
 from labkit.logs import parse_run
-from labkit.regress import record, record_run
+from labkit.record import record, record_run
 
 r2 = parse_run(job2.run_dir)
 record_run("dp_2nodes", r2.iterations, r2.memory)

@@ -21,7 +21,7 @@ run_name = "nb03_busbw"  # the benchmark's folder under runs/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -64,7 +64,7 @@ print(nccl_log.to_dict()["nccl"]["transports"])
 
 # %%
 from labkit.config import RunConfig
-from labkit.report import run_allreduce_bench
+from labkit.lab import run_allreduce_bench
 
 bench_cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
                                   gpus_per_node=gpus_per_node)
@@ -82,7 +82,7 @@ peak = peak_busbw(bw)
 peak
 
 # %%
-from labkit.regress import record
+from labkit.record import record
 
 for _, row in peak.iterrows():
     record(f"busbw_{row['scope']}_gbps", float(row["busbw_gbps"]))

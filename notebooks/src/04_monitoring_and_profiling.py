@@ -20,7 +20,7 @@ run_name = "nb04_profiled"  # the run's folder under runs/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -33,7 +33,7 @@ versions()
 
 # %%
 from labkit.config import RunConfig
-from labkit.report import launch
+from labkit.lab import launch
 from labkit.widgets import job_monitor
 
 cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
@@ -93,7 +93,7 @@ plt.show()
 
 # %%
 from labkit.logs import parse_run
-from labkit.regress import record, record_run
+from labkit.record import record, record_run
 
 run = parse_run(job.run_dir)
 record_run("profiled", run.iterations, run.memory)

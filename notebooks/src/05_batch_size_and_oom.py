@@ -24,7 +24,7 @@ run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -36,7 +36,7 @@ versions()
 
 # %%
 from labkit.config import RunConfig
-from labkit.report import launch
+from labkit.lab import launch
 
 base = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=nodes,
                              gpus_per_node=gpus_per_node, train_iters=train_iters)
@@ -60,7 +60,7 @@ plot_throughput_vs_micro_batch(df)
 plt.show()
 
 # %%
-from labkit.report import steady_median
+from labkit.lab import steady_median
 
 tput = {m: steady_median(df[df["micro_batch_size"] == m], "tokens_per_sec") for m in micro_batches}
 print({m: f"{v:,.0f} tokens/s" for m, v in tput.items()})
@@ -119,7 +119,7 @@ assert str(oom_job.state()) in ("FAILED", "OUT_OF_MEMORY"), oom_job.state()
 assert failures and failures[0].kind in ("host_oom", "gpu_oom"), failures
 
 # %%
-from labkit.regress import record
+from labkit.record import record
 
 for m, v in tput.items():
     record(f"mbs{m}.tokens_per_sec", v)

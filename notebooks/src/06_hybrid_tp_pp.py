@@ -21,7 +21,7 @@ run_prefix = "nb06"  # runs go to runs/<run_prefix>_*/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -52,7 +52,7 @@ check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
 # ## 2 Run TP=2 x PP=2
 
 # %%
-from labkit.report import launch
+from labkit.lab import launch
 
 cfg = base.replace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                    micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
@@ -131,7 +131,7 @@ from labkit.widgets import layout_builder
 layout_builder(profile, nodes=nodes, gpus_per_node=gpus_per_node)
 
 # %%
-from labkit.regress import record, record_run
+from labkit.record import record, record_run
 
 record_run("tp2_pp2", run.iterations, run.memory)
 record("tp2_pp2.bubble_fraction", p.bubble_fraction)

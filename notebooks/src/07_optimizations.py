@@ -23,14 +23,14 @@ run_prefix = "nb07"  # runs go to runs/<run_prefix>_*/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
 # %%
 from labkit.config import RunConfig
 from labkit.planner import plan
-from labkit.report import launch
+from labkit.lab import launch
 
 base = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=nodes,
                              gpus_per_node=gpus_per_node, train_iters=train_iters)
@@ -93,7 +93,7 @@ assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) fo
 
 # %%
 from labkit.logs import parse_run
-from labkit.report import steady_median
+from labkit.lab import steady_median
 
 rows = []
 for j, c in zip(jobs, (base, accum, recompute, distopt)):
@@ -114,7 +114,7 @@ table
 # should agree closely: these optimizations change memory and time, not the mathematics.
 
 # %%
-from labkit.regress import record
+from labkit.record import record
 
 for run, row in table.iterrows():
     record(f"{run}.iteration_time_ms", row["iteration_ms"])

@@ -22,7 +22,7 @@ run_prefix = "nb08"  # runs go to runs/<run_prefix>_*/
 # ## 0 Versions
 
 # %%
-from labkit.report import versions
+from labkit.lab import versions
 
 versions()
 
@@ -33,7 +33,7 @@ versions()
 # `torchrun` starts `gpus_per_node` ranks that meet at the head node.
 
 # %%
-from labkit.cluster import resolve_profile
+from labkit.site import resolve_profile
 from labkit.config import RunConfig
 from labkit.paths import run_root
 from labkit.render import render_hostfile, render_sbatch
@@ -64,7 +64,7 @@ print(f"deepspeed --hostfile hostfile --num_nodes {two_nodes.nodes} "
 # latest complete checkpoint and carries on from there.
 
 # %%
-from labkit.report import launch, wait_for_iteration
+from labkit.lab import launch, wait_for_iteration
 
 job = launch(cfg, cluster=cluster, reuse=False, wait=False)
 seen = wait_for_iteration(job, kill_at)
@@ -116,7 +116,7 @@ for f in failures[:3]:
 assert str(bad.state()) == "FAILED" and failures, (bad.state(), failures)
 
 # %%
-from labkit.regress import record
+from labkit.record import record
 
 record("resume.resumed_iterations", int(its["iteration"].max()))
 record("broken.diagnosis", failures[0].kind)

@@ -1,22 +1,4 @@
-"""The planner: is a layout valid, does it fit, what does an iteration cost? Pure arithmetic.
-
-Before anyone waits in a queue: ``plan(cfg)`` gives memory per pipeline stage, FLOPs, the
-bubble and ``fits`` for one RunConfig; ``plan_layouts(nodes=, gpus_per_node=, model=)`` tries
-every (TP, PP, DP, virtual PP) of a cluster shape and says why the invalid ones are invalid;
-``rank_grid(...)`` shows which ranks talk to which, and which groups cross nodes.
-
-``Plan.to_dict()`` is the JSON of ``labkit plan CONFIG.json --json`` (DESIGN.md section 5):
-``layout {world_size, tp, pp, dp, vpp}``, ``num_microbatches``, ``memory_gb {first_stage,
-last_stage, peak}`` (each stage ``weights, gradients, optimizer, activations, logits, total``,
-GB = 1e9 bytes), ``gpu_memory_gb``, ``fits``, ``flops_per_iteration``,
-``hardware_flops_per_iteration``, ``bubble_fraction``, and one documented extra key:
-``required_gb``, the peak plus the margin ``fits`` is judged with (see ``planner_memory``).
-
-The arithmetic lives in ``planner_grid`` (rank grid), ``planner_memory`` (parameters, memory)
-and ``planner_flops`` (FLOPs, bubble, communication, time estimate); this module joins them.
-No torch import: every layout of a 175B model on 4096 GPUs is evaluated in about 0.1 s
-(benchmarks/bench_planner.py).
-"""
+"""One RunConfig's plan (``plan``) and the sweep over every layout of a cluster (``plan_layouts``)."""
 
 from __future__ import annotations
 
@@ -29,7 +11,7 @@ from typing import Any
 
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
-from labkit.planner_flops import (
+from labkit.planner.flops import (
     HARDWARE,
     Hardware,
     bubble_fraction,
@@ -38,8 +20,8 @@ from labkit.planner_flops import (
     flops_per_iteration,
     hardware_flops_per_iteration,
 )
-from labkit.planner_grid import ORDER, RankGrid, rank_grid
-from labkit.planner_memory import (
+from labkit.planner.grid import ORDER, RankGrid, rank_grid
+from labkit.planner.memory import (
     StageMemory,
     activation_bytes_per_layer,
     layer_params,

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from labkit._logging import log
-from labkit.cluster import PROFILE_DIR, ClusterProfile, load_profile
 from labkit.errors import LabkitError
+from labkit.site import PROFILE_DIR, ClusterProfile, load_profile
 
 STATE_DIR = Path(os.environ.get("LABKIT_SLURM_DIR", "/var/lib/labkit-slurm"))
 SLURM_CONF = STATE_DIR / "slurm.conf"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from labkit.planner_memory import element_bytes, stage_params
+from labkit.planner.memory import element_bytes, stage_params
 
 if TYPE_CHECKING:
     from labkit.config import RunConfig
@@ -79,7 +79,7 @@ def comm_volume(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     * dp: the stage's fp32 gradients all-reduced once per iteration; with the distributed
       optimizer a reduce-scatter of the gradients and an all-gather of the updated weights.
     """
-    from labkit.planner_grid import rank_grid
+    from labkit.planner.grid import rank_grid
 
     grid = rank_grid(cfg.world_size, cfg.tp, cfg.pp, cfg.gpus_per_node)
     crossing = {axis: grid.crosses_nodes(axis) for axis in ("tp", "dp", "pp")}

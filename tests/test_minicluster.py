@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from labkit import localslurm
+from labkit import minicluster
 from labkit.cli import main as cli
 
 
 def test_needs_root_and_says_what_to_do(monkeypatch):
-    monkeypatch.setattr(localslurm.os, "geteuid", lambda: 1000)
-    with pytest.raises(localslurm.ClusterError, match="backend='local'"):
-        localslurm.cluster_up()
+    monkeypatch.setattr(minicluster.os, "geteuid", lambda: 1000)
+    with pytest.raises(minicluster.ClusterError, match="backend='local'"):
+        minicluster.cluster_up()
 
 
 def test_slurm_conf_shape():
-    conf = localslurm._slurm_conf(3, 4)
+    conf = minicluster._slurm_conf(3, 4)
     for needle in ("SelectTypeParameters=CR_CPU", "AccountingStorageType=accounting_storage/none",
                    "ProctrackType=proctrack/linuxproc", "NodeName=node3 NodeAddr=10.77.0.13",
                    "CPUs=4", "PartitionName=lab Nodes=node[1-3]", "OverSubscribe=NO"):
@@ -33,31 +33,31 @@ def _ns(name: str, *cmd: str) -> str:
 
 @pytest.mark.slurm
 def test_nodes_are_namespaces_with_shaped_links(slurm_cluster, capsys):
-    st = localslurm.cluster_status()
+    st = minicluster.cluster_status()
     assert st["up"] and [(n["name"], n["addr"]) for n in st["nodes"]] == [
         ("node1", "10.77.0.11"), ("node2", "10.77.0.12")]
     assert all(n["state"] in ("idle", "mix", "alloc") and n["cpus"] == 2 for n in st["nodes"])
     for i in (1, 2):
         assert f"10.77.0.1{i}/24" in _ns(f"lk-node{i}", "ip", "-br", "addr", "show", "eth0")
         assert "tbf" in _ns(f"lk-node{i}", "tc", "qdisc", "show", "dev", "eth0")
-    pid = json.loads(localslurm.STARTED.read_text())["pids"]["slurmctld"]
-    assert localslurm.cluster_up() == slurm_cluster  # idempotent: same cluster, no restart
-    assert json.loads(localslurm.STARTED.read_text())["pids"]["slurmctld"] == pid
+    pid = json.loads(minicluster.STARTED.read_text())["pids"]["slurmctld"]
+    assert minicluster.cluster_up() == slurm_cluster  # idempotent: same cluster, no restart
+    assert json.loads(minicluster.STARTED.read_text())["pids"]["slurmctld"] == pid
     assert cli(["cluster", "status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["up"] is True
 
 
 @pytest.mark.slurm
 def test_down_removes_what_up_made_then_up_again(slurm_cluster):
-    pids = json.loads(localslurm.STARTED.read_text())["pids"]
-    localslurm.cluster_down()
-    assert not localslurm.is_up()
+    pids = json.loads(minicluster.STARTED.read_text())["pids"]
+    minicluster.cluster_down()
+    assert not minicluster.is_up()
     assert not any(Path(f"/run/netns/lk-node{i}").exists() for i in (1, 2))
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert "lkbr0" not in links and "lkv1" not in links
     for key, pid in pids.items():
         if key != "munged" and pid:
-            assert not localslurm._alive(pid, key.split("-")[0]), key
+            assert not minicluster._alive(pid, key.split("-")[0]), key
     # Leave it up for the other tests of the session.
-    assert localslurm.cluster_up() == slurm_cluster
-    assert localslurm.is_up()
+    assert minicluster.cluster_up() == slurm_cluster
+    assert minicluster.is_up()

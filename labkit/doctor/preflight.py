@@ -1,16 +1,4 @@
-"""``labkit doctor``: preflight checks before a lab, each PASS / WARN / FAIL with a fix.
-
-The most common multi-node failure is a job that hangs at start-up with no error: a firewall,
-the wrong interface, a run root that is not shared, a port the whole class shares. The doctor
-catches these before anyone trains. The checks are small functions listed as data in
-``labkit.doctor_checks.CHECKS``; the node-wide ones share one probe job
-(``labkit.doctor_probe``): srun on every node when a Slurm cluster answers, two local processes
-otherwise.
-
-    results = run_doctor()                  # or run_doctor(profile="local-minicluster")
-    print(render_table(results))
-    doctor_json(results)                    # {"checks": [{"name", "status", "detail", "fix"}]}
-"""
+"""Running the doctor: the shared context, the per-node probe job, the checks, the table."""
 
 from __future__ import annotations
 
@@ -27,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from labkit._logging import log
-from labkit.cluster import ClusterProfile, load_profile
-from labkit.doctor_checks import CHECKS, FAIL, PASS, WARN, CheckFn, Result
+from labkit.doctor.checks import CHECKS, FAIL, PASS, WARN, CheckFn, Result
 from labkit.paths import run_root
+from labkit.site import ClusterProfile, load_profile
 
 __all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json",
            "cli_doctor", "CHECKS"]
@@ -121,7 +109,7 @@ def run_probes(ctx: Context) -> ProbeRun:
         return ProbeRun(ctx.mode, 0, out, error=f"cannot create {out}: {e.strerror}",
                         fix="point the run root at a writable shared folder (LABKIT_RUN_ROOT "
                             "or the profile's run_root)")
-    probe = [sys.executable, "-m", "labkit.doctor_probe", "--out", str(out),
+    probe = [sys.executable, "-m", "labkit.doctor.probe", "--out", str(out),
              "--timeout", str(ctx.timeout_s)]
     port = os.environ.get("MASTER_PORT")
     if port and port.isdigit():
@@ -219,9 +207,9 @@ def run_doctor(profile: ClusterProfile | str | Path | None = None, *,
     if isinstance(profile, (str, Path)):
         profile = load_profile(profile)
     if profile is None:
-        from labkit import localslurm
+        from labkit import minicluster
 
-        profile = localslurm.local_profile() if localslurm.is_up() else None
+        profile = minicluster.local_profile() if minicluster.is_up() else None
     ctx = Context(profile=profile, wants_slurm=wants_slurm,
                   hostfile=Path(hostfile) if hostfile else None, nodes=nodes,
                   timeout_s=timeout_s, _mode=backend)

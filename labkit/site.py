@@ -164,8 +164,8 @@ def resolve_profile(profile: ClusterProfile | str | Path | None) -> ClusterProfi
         return profile
     if profile is not None:
         return load_profile(profile)
-    from labkit import localslurm
+    from labkit import minicluster
 
-    if localslurm.is_up():
-        return localslurm.local_profile()
+    if minicluster.is_up():
+        return minicluster.local_profile()
     return ClusterProfile()

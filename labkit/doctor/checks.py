@@ -1,6 +1,6 @@
 """The checks of ``labkit doctor``: small functions ``(ctx) -> Result``, listed in ``CHECKS``.
 
-Local checks look at this machine. Node checks read what ``labkit.doctor_probe`` found on each
+Local checks look at this machine. Node checks read what ``labkit.doctor.probe`` found on each
 node (one probe job per doctor run, started by ``Context.probes``): via srun on Slurm, or as
 two local processes on a plain machine.
 """
@@ -16,7 +16,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from labkit.doctor import Context
+    from labkit.doctor.preflight import Context
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 30.0

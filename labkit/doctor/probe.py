@@ -10,7 +10,7 @@ phase, so a probe killed half-way still says how far it got:
    TCP port rank 0 listens on, and estimate the clock offset from rank 0 (NTP-style).
 4. ``allreduce``: a tiny gloo all-reduce over all probes (the "does it hang" test).
 
-    python -m labkit.doctor_probe --out DIR --rank R --world W [--master-addr A] [--port P]
+    python -m labkit.doctor.probe --out DIR --rank R --world W [--master-addr A] [--port P]
 """
 
 from __future__ import annotations

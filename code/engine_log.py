@@ -112,20 +112,11 @@ class MemoryMeter:
 
 # --- FLOPs ----------------------------------------------------------------------------------
 def model_flops_per_iteration(cfg: Any) -> float:
-    """Model FLOPs of one iteration (forward + backward, no recompute; the MFU convention).
+    """Model FLOPs of one iteration (forward + backward, no recompute; the MFU convention): the
+    planner's formula, the one labkit uses everywhere (SwiGLU and grouped-query attention included)."""
+    from labkit.planner.flops import flops_per_iteration
 
-    labkit's planner owns this formula when it is importable; otherwise the same estimate
-    (Korthikanti et al. 2022, eq. 7 style): 72 B s L h^2 (1 + s/(6h) + V/(12 L h)).
-    """
-    try:
-        from labkit.planner import flops_per_iteration
-
-        return float(flops_per_iteration(cfg))
-    except (ImportError, AttributeError, TypeError):
-        pass
-    b, s, n, h, v = (cfg.global_batch_size, cfg.seq_length, cfg.num_layers, cfg.hidden_size,
-                     cfg.padded_vocab_size)
-    return 72.0 * b * s * n * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * n * h))
+    return float(flops_per_iteration(cfg))
 
 
 # --- TensorBoard ----------------------------------------------------------------------------

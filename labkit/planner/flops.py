@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from labkit.hardware import PEAK_TFLOPS
 from labkit.planner.memory import element_bytes, stage_params
 
 if TYPE_CHECKING:
@@ -126,9 +127,10 @@ class Hardware:
 
 
 HARDWARE = {
-    # Datasheet dense bf16 peaks; bus bandwidths of typical NVLink / 4x200 Gbit/s InfiniBand.
-    "a100-80gb": Hardware("a100-80gb", 312.0, 230.0, 90.0),
-    "h100-80gb": Hardware("h100-80gb", 989.0, 360.0, 180.0),
+    # Dense bf16 peaks from labkit.hardware's one table; bus bandwidths of typical NVLink /
+    # 4x200 Gbit/s InfiniBand.
+    "a100-80gb": Hardware("a100-80gb", PEAK_TFLOPS["A100"]["bf16"], 230.0, 90.0),
+    "h100-80gb": Hardware("h100-80gb", PEAK_TFLOPS["H100"]["bf16"], 360.0, 180.0),
     # This lab's CPU cluster (FIELD_NOTES): gloo ~12 Gbit/s in a node, ~0.89 Gbit/s across the
     # 1 Gbit/s shaped link; a CPU core does a few fp32 GFLOP/s in these small matmuls.
     "cpu-lab": Hardware("cpu-lab", 0.01, 1.5, 0.11, efficiency=1.0),

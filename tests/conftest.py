@@ -49,3 +49,36 @@ def slurm_cluster():
     yield profile
     if not was_up:
         minicluster.cluster_down()
+
+
+GOLDEN_DIR = REPO / "tests" / "golden"
+REGEN_GOLDEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
+
+
+@pytest.fixture
+def assert_golden():
+    """``assert_golden(name, text)``: ``text`` must equal ``tests/golden/<name>``.
+
+    A missing golden file is a failure (never silently written); accept an intended change with
+    ``LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest TEST_FILE``, then review and commit it.
+    """
+    import difflib
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN_DIR / name
+        if REGEN_GOLDEN:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return
+        if not path.exists():
+            pytest.fail(f"golden file tests/golden/{name} is missing. Write it with "
+                        f"LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest <this test>, review "
+                        f"it and commit it.")
+        expected = path.read_text()
+        if text != expected:
+            diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                                f"golden/{name}", "now"))
+            pytest.fail(f"output differs from tests/golden/{name}:\n{diff}\nIf intended: "
+                        f"LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest <this test>")
+
+    return check

@@ -6,8 +6,6 @@ On a golden mismatch the diff is printed; accept an intended change with
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -19,8 +17,6 @@ from labkit.errors import ConfigError
 from labkit.render import render_hostfile, render_local, render_sbatch, sbatch_options
 from labkit.site import ClusterProfile, load_profile
 
-GOLDEN = Path(__file__).parent / "golden"
-REGEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
 RUN_DIR = Path("/shared/labkit/runs/demo")
 
 CFG_CPU = RunConfig(name="tp2pp2", nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
@@ -49,19 +45,8 @@ def _cases() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))
-def test_golden(name):
-    got = _cases()[name]
-    path = GOLDEN / name
-    if REGEN or not path.exists():
-        path.write_text(got)
-        if not REGEN:
-            pytest.fail(f"wrote new golden file {path}; check it and commit it")
-    want = path.read_text()
-    if got != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
-                                            f"golden/{name}", "rendered"))
-        pytest.fail(f"rendered text differs from tests/golden/{name}:\n{diff}\nIf intended: "
-                    f"LABKIT_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_render.py")
+def test_golden(name, assert_golden):
+    assert_golden(name, _cases()[name])
 
 
 @pytest.mark.parametrize("name", sorted(n for n in _cases() if n.endswith(".sh")))
@@ -125,7 +110,7 @@ def test_profile_errors_name_the_fix(tmp_path):
 
 
 def test_shipped_profiles_load():
-    for p in (GOLDEN.parent.parent / "code" / "clusters").glob("*.yaml"):
+    for p in (Path(__file__).parents[1] / "code" / "clusters").glob("*.yaml"):
         assert load_profile(p).name == p.stem
 
 

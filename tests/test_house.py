@@ -1,0 +1,190 @@
+"""The house rules, checked: no import cycle among labkit's modules, one command line, modules
+under 400 lines, every RunConfig field documented, and golden JSON for `plan` and `parse`."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "labkit"
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Every labkit module this one imports, at module level or inside functions; imports under
+    ``if TYPE_CHECKING:`` are left out (they never run)."""
+    out: set[str] = set()
+    is_pkg = path.name == "__init__.py"
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    out.add(a.name)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (child.level - 1)]
+                    base = ".".join(pkg + ([base] if base else []))
+                for a in child.names:
+                    sub = f"{base}.{a.name}"
+                    out.add(sub if sub in MODULES else base)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in out if m in MODULES and m != name}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (found := dfs(m)):
+                return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (found := dfs(n)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_labkit_modules():
+    graph = {}
+    for name, path in MODULES.items():
+        deps = _imports(path, name)
+        # A package's own submodules import through it: an edge from a package to the modules
+        # it re-exports is not a cycle with them.
+        graph[name] = {d for d in deps if not (name != "labkit" and d.startswith(name + "."))
+                       or d == name}
+        graph[name] -= {"labkit"}  # the top package only re-exports config and errors
+    cyc = _cycle(graph)
+    assert cyc is None, "import cycle: " + " -> ".join(cyc)
+
+
+@pytest.mark.parametrize("path", sorted(
+    [p for p in PKG.rglob("*.py")] + [p for p in (REPO / "code").glob("*.py")]),
+    ids=lambda p: str(p.relative_to(REPO)))
+def test_module_stays_under_the_line_budget(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines (> {MAX_LINES}): two concerns?"
+
+
+def _cli_files() -> set[Path]:
+    cli = PKG / "cli"
+    return {PKG / "cli.py", PKG / "__main__.py"} | (set(cli.rglob("*.py")) if cli.is_dir() else set())
+
+
+def test_only_the_cli_parses_arguments_and_prints():
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path in _cli_files():
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if "argparse" in names:
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports argparse")
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("cli_"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} def {node.name}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "print"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} print(...)")
+    assert not offenders, "only labkit/cli.py parses arguments and prints:\n" + "\n".join(offenders)
+
+
+def test_every_runconfig_field_has_a_docstring():
+    from dataclasses import fields
+
+    from labkit.config import RunConfig
+
+    names = [f.name for f in fields(RunConfig)]
+    assert "profile" not in names, "'profile' means cpu|gpu; the trace switch is torch_profiler"
+    src = Path(__import__("inspect").getsourcefile(RunConfig)).read_text()
+    cls = next(n for n in ast.walk(ast.parse(src))
+               if isinstance(n, ast.ClassDef) and n.name == "RunConfig")
+    documented = set()
+    body = cls.body
+    for a, b in zip(body, body[1:], strict=False):
+        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str) and b.value.value.strip()):
+            documented.add(a.target.id)
+    missing = [n for n in names if n not in documented]
+    assert not missing, f"RunConfig fields without a docstring: {missing}"
+
+
+# --- golden JSON of the two documented JSON contracts (DESIGN section 5) ------------------------
+FIXED_CONFIG = {"name": "golden", "nodes": 2, "gpus_per_node": 2, "tensor_model_parallel_size": 2,
+                "pipeline_model_parallel_size": 2, "micro_batch_size": 2, "global_batch_size": 8}
+FIXED_LOG = REPO / "tests" / "fixtures" / "logs" / "labkit_engine_2026.txt"
+
+
+def _round(x):
+    """Floats to 9 significant digits, so a golden file does not pin the last ulp."""
+    if isinstance(x, float):
+        return float(f"{x:.9g}")
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x
+
+
+def _cli_json(argv: list[str], capsys) -> dict:
+    from labkit.cli import main
+
+    assert main(argv) == 0
+    return _round(json.loads(capsys.readouterr().out))
+
+
+def test_plan_json_golden(tmp_path, capsys, assert_golden):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(FIXED_CONFIG))
+    doc = _cli_json(["plan", str(cfg), "--json"], capsys)
+    assert_golden("plan_tp2pp2.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def test_parse_json_golden(capsys, assert_golden):
+    doc = _cli_json(["parse", str(FIXED_LOG), "--json"], capsys)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    assert not re.search(r"/work/|/tmp/", text), "no machine paths in the golden document"
+    assert_golden("parse_labkit_engine_2026.json", text)

@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data lab test test-fast jupyter lint clean-runs
+.PHONY: setup data lab test test-fast jupyter lint
 
 setup: $(STAMP)
 
@@ -32,8 +32,9 @@ test: setup data
 test-fast: setup
 	$(PY) -m pytest -m "not slurm and not engine and not notebooks" $(PYTEST_ARGS)
 
+# JupyterLab refuses to run as root unless told; root is what containers, cloud VMs and CI give.
 jupyter: setup data
-	$(VENV)/bin/jupyter lab notebooks
+	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: setup
 	$(VENV)/bin/ruff check labkit code tests benchmarks

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 
-from labkit import comm
+from labkit import comm, minicluster
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import statistics
 import tempfile
 import time
 
-from labkit import doctor
+from labkit import doctor, minicluster
 from labkit.doctor.checks import CHECKS
 
 

@@ -24,7 +24,7 @@ Troubleshooting: on clusters without InfiniBand prepend NCCL_IB_DISABLE=1; when 
 hostname to 127.0.0.1 across nodes, export GLOO_SOCKET_IFNAME=<the node's interface>.
 
 Writes into the run directory (the config file's folder): log.txt (Megatron-LM-format lines,
-unless LABKIT_LOG_CAPTURED=1), tb/ (TensorBoard), checkpoints/, profile/ (with profile=True),
+unless LABKIT_LOG_CAPTURED=1), tb/ (TensorBoard), checkpoints/, profile/ (with torch_profiler=True),
 exit_code, and data_cache/ (megatron-core's GPTDataset sample index for this run's sizes).
 """
 
@@ -314,7 +314,7 @@ def evaluate(cfg: RunConfig, model: list, valid_ds, fwd_bwd) -> float | None:
 
 def _profiler(cfg: RunConfig, rank: int, run_dir: Path, on_cuda: bool):
     """torch.profiler on the chosen ranks: skip 1, warm up 1, record 3 iterations."""
-    if not cfg.profile or rank not in cfg.profile_ranks:
+    if not cfg.torch_profiler or rank not in cfg.torch_profiler_ranks:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
 

@@ -1,11 +1,13 @@
 """RunConfig: the one description of a training run, from the notebook to the DataFrame.
 
-A frozen dataclass built from a notebook's parameters cell, validated when it is built,
-written to ``runs/<name>/config.json``, rendered into the job script, read back by
-``code/pretrain_gpt.py`` and joined as columns onto parsed log rows.
+A frozen dataclass built from a notebook's parameters cell, validated when it is built
+(``labkit.rules``), written to ``runs/<name>/config.json``, rendered into the job script, read
+back by ``code/pretrain_gpt.py`` and joined as columns onto parsed log rows.
 
 Field names are Megatron-LM's argument names in snake_case, so ``--tensor-model-parallel-size``
-is ``tensor_model_parallel_size`` (see ``MEGATRON_FLAGS``).
+is ``tensor_model_parallel_size`` (see ``MEGATRON_FLAGS``). Each field's docstring says what it
+is, its Megatron-LM flag where there is one, and its unit. Model presets and the notebooks'
+cpu|gpu profiles live in ``labkit.presets``.
 """
 
 from __future__ import annotations
@@ -13,99 +15,149 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from labkit.errors import ConfigError
+from labkit.presets import PRESETS, PROFILES
+from labkit.rules import check
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-RECOMPUTE = (None, "selective", "full")
-ATTENTION_BACKENDS = ("unfused", "flash")
-DEVICES = ("cpu", "cuda")
-BACKENDS = ("local", "slurm")
-# Precisions the CPU/gloo path of code/pretrain_gpt.py really trains with.
-CPU_PRECISIONS = ("fp32",)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+__all__ = ["FIELD_NAMES", "MEGATRON_FLAGS", "PRESETS", "PROFILES", "RunConfig"]
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A validated training run. Build it with keywords, a preset or ``from_json``."""
+    """A validated training run. Build it with keywords, a preset or ``from_json``.
 
-    # --- run -------------------------------------------------------------------------------
-    name: str = "run"
-    """Folder under the run root (``runs/<name>/``); letters, digits, ``.``, ``_``, ``-``."""
+    Fields come in groups: the layout (nodes, processes, parallelism), the batch, the model,
+    the schedule, the run (name, backend, device, data) and tools (profiler, NCCL logging).
+    """
+
+    # --- layout: nodes, processes and parallelism -----------------------------------------------
     nodes: int = 1
-    """Nodes (Slurm) or simulated nodes (local backend)."""
+    """Nodes the run spans (Slurm ``--nodes``, torchrun ``--nnodes``); on the local backend,
+    simulated nodes on this machine. No Megatron-LM flag (the launcher decides)."""
     gpus_per_node: int = 2
-    """GPUs per node; on CPU, training processes per node."""
+    """GPUs per node, one training process each (torchrun ``--nproc-per-node``); on
+    ``device='cpu'``, training processes per node. World size = nodes x gpus_per_node."""
+    tensor_model_parallel_size: int = 1
+    """TP: ranks that split every layer's weight matrices and attention heads between them
+    (``--tensor-model-parallel-size``). Must divide the heads; best kept inside one node."""
+    pipeline_model_parallel_size: int = 1
+    """PP: consecutive stages the layers are cut into, one per rank of a pipeline
+    (``--pipeline-model-parallel-size``). Must divide ``num_layers``. DP = world / (TP x PP)."""
+    num_layers_per_virtual_pipeline_stage: int | None = None
+    """Layers per virtual stage for the interleaved 1F1B schedule
+    (``--num-layers-per-virtual-pipeline-stage``); None: no interleaving. Needs PP > 1."""
+    sequence_parallel: bool = False
+    """Split layer norms and dropout along the sequence over the TP group
+    (``--sequence-parallel``); needs TP > 1 and a GPU."""
+    use_distributed_optimizer: bool = False
+    """Shard the optimizer state and fp32 master weights over the DP ranks, ZeRO-1 style
+    (``--use-distributed-optimizer``)."""
+    # --- batch ----------------------------------------------------------------------------------
+    micro_batch_size: int = 2
+    """Sequences per rank in one forward/backward pass (``--micro-batch-size``)."""
+    global_batch_size: int = 8
+    """Sequences per iteration over all DP ranks (``--global-batch-size``); a multiple of
+    micro_batch_size x DP, the rest is gradient accumulation (microbatches per iteration)."""
+    # --- model ----------------------------------------------------------------------------------
+    num_layers: int = 4
+    """Transformer layers (``--num-layers``)."""
+    hidden_size: int = 128
+    """Model width: hidden dimension of every token's vector (``--hidden-size``)."""
+    num_attention_heads: int = 4
+    """Attention heads per layer (``--num-attention-heads``); head dim = hidden / heads."""
+    ffn_hidden_size: int | None = None
+    """Width of the MLP's inner layer (``--ffn-hidden-size``); None: 4 x hidden_size,
+    Megatron-LM's default."""
+    num_query_groups: int | None = None
+    """Key/value groups for grouped-query attention (``--group-query-attention
+    --num-query-groups``); None: one per head (multi-head attention)."""
+    swiglu: bool = False
+    """SwiGLU gated MLP instead of GeLU (``--swiglu``)."""
+    untie_embeddings_and_output_weights: bool = False
+    """Separate input embedding and output layer weights
+    (``--untie-embeddings-and-output-weights``); default: one shared matrix."""
+    attention_backend: str = "unfused"
+    """``unfused`` (plain PyTorch, runs on CPU) or ``flash`` (FlashAttention, CUDA only)
+    (``--attention-backend``)."""
+    seq_length: int = 128
+    """Tokens per sequence (``--seq-length``)."""
+    max_position_embeddings: int = 128
+    """Longest sequence the position embeddings cover, in tokens
+    (``--max-position-embeddings``); at least seq_length."""
+    vocab_size: int = 4096
+    """Tokenizer vocabulary in tokens, unpadded (``--vocab-size``); padded to a multiple of
+    make_vocab_size_divisible_by x TP as Megatron-LM does (``padded_vocab_size``)."""
+    make_vocab_size_divisible_by: int = 128
+    """Padding multiple of the vocabulary before TP (``--make-vocab-size-divisible-by``)."""
+    precision: str = "fp32"
+    """Training precision: ``fp32``, ``bf16`` (``--bf16``) or ``fp16`` (``--fp16``); the CPU
+    path trains in fp32 only."""
+    recompute_granularity: str | None = None
+    """Activation recomputation: None, ``selective`` (attention core only) or ``full`` (whole
+    layers) (``--recompute-granularity``); trades compute for activation memory."""
+    # --- schedule -------------------------------------------------------------------------------
+    train_iters: int = 30
+    """Iterations to train, one global batch each (``--train-iters``)."""
+    lr: float = 1e-3
+    """Peak learning rate, reached after warm-up (``--lr``)."""
+    min_lr: float = 1e-4
+    """Learning rate at the end of the cosine decay (``--min-lr``)."""
+    lr_warmup_iters: int = 3
+    """Iterations of linear warm-up from 0 to lr (``--lr-warmup-iters``)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay coefficient (``--weight-decay``)."""
+    clip_grad: float = 1.0
+    """Largest global L2 norm of the gradients; larger ones are scaled down (``--clip-grad``)."""
+    log_interval: int = 1
+    """Iterations between two log lines (``--log-interval``)."""
+    save_interval: int | None = None
+    """Iterations between checkpoints (``--save-interval``), and one at the end; None: only
+    at the end."""
+    eval_interval: int | None = None
+    """Iterations between validation passes (``--eval-interval``); None: no validation."""
+    eval_iters: int = 2
+    """Batches per validation pass (``--eval-iters``)."""
+    seed: int = 1234
+    """Random seed of initialisation and data order (``--seed``)."""
+    # --- run ------------------------------------------------------------------------------------
+    name: str = "run"
+    """Folder under the run root (``runs/<name>/``) and the Slurm job name; letters, digits,
+    ``.``, ``_``, ``-``. No Megatron-LM flag."""
     backend: str = "local"
-    """``local`` (processes on this machine, the default) or ``slurm``."""
+    """Where the job runs: ``local`` (processes on this machine, the default) or ``slurm``."""
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (NCCL)."""
     gpu_memory_gb: float = 80.0
     """Memory of one GPU in GB (1e9 bytes), for the planner's fits / OOM prediction."""
     memory_limit_gb: float | None = None
-    """Cap on what one training process may allocate; exceeding it is a real OOM."""
-    # --- model -----------------------------------------------------------------------------
-    num_layers: int = 4
-    hidden_size: int = 128
-    num_attention_heads: int = 4
-    ffn_hidden_size: int | None = None
-    """Defaults to 4 x hidden_size (Megatron's default)."""
-    num_query_groups: int | None = None
-    """Grouped-query attention groups; None means one per head (multi-head attention)."""
-    swiglu: bool = False
-    untie_embeddings_and_output_weights: bool = False
-    attention_backend: str = "unfused"
-    seq_length: int = 128
-    max_position_embeddings: int = 128
-    vocab_size: int = 4096
-    """Tokenizer vocabulary, unpadded; padded to a multiple of 128 x TP as Megatron does."""
-    make_vocab_size_divisible_by: int = 128
-    # --- batch and parallelism -------------------------------------------------------------
-    micro_batch_size: int = 2
-    global_batch_size: int = 8
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    num_layers_per_virtual_pipeline_stage: int | None = None
-    sequence_parallel: bool = False
-    use_distributed_optimizer: bool = False
-    recompute_granularity: str | None = None
-    precision: str = "fp32"
-    # --- schedule --------------------------------------------------------------------------
-    train_iters: int = 30
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    lr_warmup_iters: int = 3
-    weight_decay: float = 0.01
-    clip_grad: float = 1.0
-    log_interval: int = 1
-    save_interval: int | None = None
-    """Checkpoint every N iterations (and at the end); None: only at the end."""
-    eval_interval: int | None = None
-    eval_iters: int = 2
-    seed: int = 1234
-    # --- data and tools --------------------------------------------------------------------
+    """Cap in GB (1e9 bytes) on what one training process may allocate; exceeding it is a real
+    out-of-memory error. None: no cap."""
     data_path: str | None = None
-    """Indexed dataset prefix (``.bin``/``.idx``); None: the repo's ``data/`` default corpus."""
+    """Indexed dataset prefix, without ``.bin``/``.idx`` (``--data-path``); None: the repo's
+    ``data/`` default corpus."""
     tokenizer_dir: str | None = None
-    """Folder with ``vocab.json`` + ``merges.txt``; None: the one next to the default corpus."""
-    profile: bool = False
-    """Record torch.profiler steps to ``runs/<name>/profile/``."""
-    profile_ranks: tuple[int, ...] = (0,)
+    """Folder with ``vocab.json`` + ``merges.txt`` (Megatron-LM: ``--vocab-file``,
+    ``--merge-file``); None: the one next to the default corpus."""
+    # --- tools ----------------------------------------------------------------------------------
+    torch_profiler: bool = False
+    """Record torch.profiler traces of a few iterations to ``runs/<name>/profile/``
+    (Megatron-LM: ``--profile --use-pytorch-profiler``; ``pretrain_gpt.py --profile``)."""
+    torch_profiler_ranks: tuple[int, ...] = (0,)
+    """Global ranks that record a trace when torch_profiler is on (``--profile-ranks``)."""
     nccl_debug: bool = False
     """Export NCCL_DEBUG=INFO in the job script (transport lines in the log)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes carried along (notebook, exercise); never read by the engine."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.profile_ranks, list):
-            object.__setattr__(self, "profile_ranks", tuple(self.profile_ranks))
-        problems, notes = _check(self)
+        if isinstance(self.torch_profiler_ranks, list):
+            object.__setattr__(self, "torch_profiler_ranks", tuple(self.torch_profiler_ranks))
+        problems, notes = check(self)
         if problems:
             raise ConfigError(problems, name=self.name if isinstance(self.name, str) else None)
         for note in notes:
@@ -182,7 +234,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["profile_ranks"] = list(self.profile_ranks)
+        d["torch_profiler_ranks"] = list(self.torch_profiler_ranks)
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -199,7 +251,11 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> RunConfig:
-        """Read a config from a JSON string or a ``.json`` file."""
+        """Read a config from a JSON string or a ``.json`` file.
+
+        A ``config.json`` written before the profiler switch was named ``torch_profiler``
+        (``"profile": true``, ``"profile_ranks"``) is read with the new names.
+        """
         s = str(text_or_path)
         if not s.lstrip().startswith("{"):
             try:
@@ -213,6 +269,10 @@ class RunConfig:
                               f"column {e.colno})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config JSON must be an object, got {type(data).__name__}")
+        if isinstance(data.get("profile"), bool) and "torch_profiler" not in data:
+            data["torch_profiler"] = data.pop("profile")
+            if "profile_ranks" in data and "torch_profiler_ranks" not in data:
+                data["torch_profiler_ranks"] = data.pop("profile_ranks")
         return cls.from_dict(data)
 
     def summary(self) -> str:
@@ -237,14 +297,21 @@ class RunConfig:
 
 FIELD_NAMES = tuple(f.name for f in fields(RunConfig))
 
+# Fields with no Megatron-LM flag of their own (launcher, labkit, or a flag of another shape).
+_NOT_MEGATRON = ("name", "nodes", "gpus_per_node", "backend", "device", "gpu_memory_gb",
+                 "memory_limit_gb", "precision", "torch_profiler_ranks", "nccl_debug", "extra",
+                 "tokenizer_dir")
+# Fields whose Megatron-LM flag is not their name with dashes.
+_MEGATRON_NAMED = {"torch_profiler": "--profile"}
 # RunConfig field -> Megatron-LM command-line flag (bool fields are store_true flags).
 MEGATRON_FLAGS = {
-    name: "--" + name.replace("_", "-")
+    name: _MEGATRON_NAMED.get(name, "--" + name.replace("_", "-"))
     for name in FIELD_NAMES
-    if name not in ("name", "nodes", "gpus_per_node", "backend", "device", "gpu_memory_gb",
-                    "memory_limit_gb", "precision", "profile_ranks", "nccl_debug", "extra",
-                    "tokenizer_dir")
+    if name not in _NOT_MEGATRON
 }
+# Names older config.json files used; ``from_json`` reads them as the new ones.
+_RENAMED = {"profile": "torch_profiler", "profile_ranks": "torch_profiler_ranks",
+            "procs_per_node": "gpus_per_node"}
 
 
 def _reject_unknown(data: dict[str, Any]) -> None:
@@ -252,7 +319,8 @@ def _reject_unknown(data: dict[str, Any]) -> None:
     if unknown:
         hints = []
         for key in unknown:
-            close = [n for n in FIELD_NAMES if key.replace("-", "_") in n or n in key]
+            close = [_RENAMED[key]] if key in _RENAMED else [
+                n for n in FIELD_NAMES if key.replace("-", "_") in n or n in key]
             if close:
                 hints.append(f"{key!r} -> did you mean {close[0]!r}?")
         raise ConfigError(
@@ -260,155 +328,3 @@ def _reject_unknown(data: dict[str, Any]) -> None:
             + (" ".join(hints) + " " if hints else "")
             + f"Valid fields are: {', '.join(FIELD_NAMES)}"
         )
-
-
-def _check(c: RunConfig) -> tuple[list[str], list[str]]:
-    """Every broken rule (with its numbers and a fix), and warnings that do not stop a run."""
-    p: list[str] = []
-    notes: list[str] = []
-    # Types first: the arithmetic below needs ints.
-    ints = ["nodes", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads",
-            "seq_length", "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by",
-            "micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
-            "pipeline_model_parallel_size", "train_iters", "log_interval", "eval_iters", "seed"]
-    opt_ints = ["ffn_hidden_size", "num_query_groups", "num_layers_per_virtual_pipeline_stage",
-                "save_interval", "eval_interval"]
-    for n in ints + opt_ints:
-        v = getattr(c, n)
-        if v is None and n in opt_ints:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int):
-            p.append(f"{n}={v!r} must be an integer")
-        elif v <= 0 and n != "seed":
-            p.append(f"{n}={v} must be positive (> 0)")
-    for n in ("lr", "min_lr", "weight_decay", "clip_grad", "gpu_memory_gb"):
-        v = getattr(c, n)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            p.append(f"{n}={v!r} must be a number >= 0")
-    if c.memory_limit_gb is not None and (not isinstance(c.memory_limit_gb, (int, float))
-                                          or c.memory_limit_gb <= 0):
-        p.append(f"memory_limit_gb={c.memory_limit_gb!r} must be a positive number or None")
-    if not isinstance(c.lr_warmup_iters, int) or c.lr_warmup_iters < 0:
-        p.append(f"lr_warmup_iters={c.lr_warmup_iters!r} must be an integer >= 0")
-    for n, allowed in (("precision", PRECISIONS), ("recompute_granularity", RECOMPUTE),
-                       ("attention_backend", ATTENTION_BACKENDS), ("device", DEVICES),
-                       ("backend", BACKENDS)):
-        if getattr(c, n) not in allowed:
-            p.append(f"{n}={getattr(c, n)!r} is not one of {list(allowed)}")
-    if not isinstance(c.name, str) or not NAME_RE.match(c.name):
-        p.append(f"name={c.name!r} must be 1-64 letters, digits, '.', '_' or '-' (it names the "
-                 f"folder runs/<name>/ and the Slurm job), e.g. 'tp2_pp2'")
-    if p:  # the layout rules below would only repeat these
-        return p, notes
-
-    ws, tp, pp = c.world_size, c.tp, c.pp
-    if ws % (tp * pp):
-        p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide world size {ws} "
-                 f"(= nodes {c.nodes} x gpus_per_node {c.gpus_per_node}); "
-                 f"choose TP x PP among the divisors of {ws}: {_divisors(ws)}")
-    else:
-        dp = ws // (tp * pp)
-        if c.global_batch_size % (c.micro_batch_size * dp):
-            ok = c.micro_batch_size * dp
-            p.append(f"global_batch_size {c.global_batch_size} is not divisible by "
-                     f"micro_batch_size {c.micro_batch_size} x DP {dp} = {ok}; use a multiple of "
-                     f"{ok}, e.g. {max(ok, c.global_batch_size // ok * ok)}")
-        elif c.num_layers_per_virtual_pipeline_stage and pp > 1:
-            m = c.global_batch_size // (c.micro_batch_size * dp)
-            if m % pp:
-                p.append(f"the interleaved schedule needs the number of microbatches ({m} = "
-                         f"global {c.global_batch_size} / (micro {c.micro_batch_size} x DP {dp})) "
-                         f"to be divisible by PP {pp}; use global_batch_size "
-                         f"{c.micro_batch_size * dp * pp * max(1, -(-m // pp))}")
-    if c.num_layers % pp:
-        p.append(f"num_layers {c.num_layers} is not divisible by PP {pp}; "
-                 f"PP must divide the layers: {_divisors(c.num_layers)}")
-    vs = c.num_layers_per_virtual_pipeline_stage
-    if vs:
-        if pp == 1:
-            p.append(f"num_layers_per_virtual_pipeline_stage={vs} (interleaving) needs PP > 1, "
-                     f"but PP = 1; set pipeline_model_parallel_size >= 2 or drop interleaving")
-        elif c.num_layers % (pp * vs):
-            p.append(f"num_layers {c.num_layers} is not divisible by PP {pp} x "
-                     f"num_layers_per_virtual_pipeline_stage {vs} = {pp * vs}")
-        elif c.num_layers // (pp * vs) < 2:
-            p.append(f"num_layers_per_virtual_pipeline_stage={vs} gives {c.num_layers} / "
-                     f"({pp} x {vs}) = 1 virtual stage: that is no interleaving; use a smaller "
-                     f"value (e.g. {c.num_layers // (2 * pp)}) or None")
-    heads, groups = c.num_attention_heads, c.query_groups
-    if heads % tp:
-        p.append(f"num_attention_heads {heads} is not divisible by TP {tp}; "
-                 f"TP must divide the heads: {_divisors(heads)}")
-    if c.hidden_size % heads:
-        p.append(f"hidden_size {c.hidden_size} is not divisible by num_attention_heads {heads} "
-                 f"(head dim would be {c.hidden_size / heads:.2f}); heads that divide it: "
-                 f"{_divisors(c.hidden_size)[:12]}")
-    if heads % groups:
-        p.append(f"num_query_groups {groups} does not divide num_attention_heads {heads}")
-    if groups % tp:
-        p.append(f"num_query_groups {groups} is not divisible by TP {tp}; each TP rank needs "
-                 f"whole query groups")
-    if c.sequence_parallel and tp == 1:
-        p.append("sequence_parallel=True needs TP > 1 (it splits the sequence over the TP group); "
-                 "set tensor_model_parallel_size >= 2 or sequence_parallel=False")
-    if c.seq_length > c.max_position_embeddings:
-        p.append(f"seq_length {c.seq_length} > max_position_embeddings "
-                 f"{c.max_position_embeddings}; raise max_position_embeddings to >= {c.seq_length}")
-    if c.min_lr > c.lr:
-        p.append(f"min_lr {c.min_lr} > lr {c.lr}; the cosine decay goes from lr down to min_lr")
-    if c.lr_warmup_iters > c.train_iters:
-        p.append(f"lr_warmup_iters {c.lr_warmup_iters} > train_iters {c.train_iters}")
-    bad_ranks = [r for r in c.profile_ranks if not isinstance(r, int) or not 0 <= r < ws]
-    if bad_ranks:
-        p.append(f"profile_ranks {list(c.profile_ranks)} has ranks outside 0..{ws - 1}: "
-                 f"{bad_ranks}")
-    if c.device == "cpu":
-        if c.precision not in CPU_PRECISIONS:
-            p.append(f"precision={c.precision!r} does not run on device='cpu' (the CPU path "
-                     f"trains in {list(CPU_PRECISIONS)}); use precision='fp32' or device='cuda'")
-        if c.attention_backend == "flash":
-            p.append("attention_backend='flash' needs CUDA; use 'unfused' on device='cpu'")
-        if c.sequence_parallel:
-            p.append("sequence_parallel=True needs Transformer Engine or Apex layer norms "
-                     "(GPU only); set sequence_parallel=False on device='cpu'")
-    if tp > c.gpus_per_node and ws % (tp * pp) == 0:
-        notes.append(f"TP {tp} > gpus_per_node {c.gpus_per_node}: tensor-parallel groups cross "
-                     f"nodes, so every layer all-reduces over the inter-node network (slow). "
-                     f"Keep TP <= {c.gpus_per_node} and use PP or DP across nodes.")
-    return p, notes
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def validate(cfg: RunConfig | dict[str, Any]) -> RunConfig:
-    """A RunConfig from a dict (or the same one); raises ConfigError listing every problem."""
-    return cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg)
-
-
-# Model presets: the model fields only; runs add their own layout and batch.
-PRESETS: dict[str, dict[str, Any]] = {
-    # A few layers, hidden 128, BPE vocab of 4096: trains on CPU in seconds per iteration.
-    "tiny": dict(num_layers=4, hidden_size=128, num_attention_heads=4, seq_length=128,
-                 max_position_embeddings=128, vocab_size=4096),
-    "gpt2-124m": dict(num_layers=12, hidden_size=768, num_attention_heads=12, seq_length=1024,
-                      max_position_embeddings=1024, vocab_size=50257),
-    "gpt2-350m": dict(num_layers=24, hidden_size=1024, num_attention_heads=16, seq_length=1024,
-                      max_position_embeddings=1024, vocab_size=50257),
-    "gpt-1.3b": dict(num_layers=24, hidden_size=2048, num_attention_heads=16, seq_length=2048,
-                     max_position_embeddings=2048, vocab_size=50257),
-    # The GPT of NVIDIA DLI's Megatron-LM multi-node lab: 12 layers, 768 hidden, 32 heads.
-    "dli-gpt": dict(num_layers=12, hidden_size=768, num_attention_heads=32, seq_length=1024,
-                    max_position_embeddings=1024, vocab_size=50257),
-}
-
-# Notebook profiles (DESIGN section 7): papermill picks one with -p profile cpu|gpu.
-PROFILES: dict[str, dict[str, Any]] = {
-    "cpu": dict(preset="tiny", device="cpu", precision="fp32", nodes=2, gpus_per_node=2,
-                micro_batch_size=2, global_batch_size=8, gpu_memory_gb=80.0),
-    "gpu": dict(preset="gpt2-124m", device="cuda", precision="bf16", nodes=2, gpus_per_node=8,
-                micro_batch_size=4, global_batch_size=64, gpu_memory_gb=80.0,
-                attention_backend="flash", lr=6e-4, min_lr=6e-5, lr_warmup_iters=10,
-                train_iters=100, log_interval=10),
-}

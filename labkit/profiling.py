@@ -141,8 +141,8 @@ def _trace_files(path: Path) -> list[Path]:
         return [path]
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
     if not files:
-        raise LabkitError(f"no profiler trace (*.json, *.json.gz) under {path}. Run with profile=True; "
-                          f"traces land in RUN_DIR/profile/.")
+        raise LabkitError(f"no profiler trace (*.json, *.json.gz) under {path}. Run with "
+                          f"torch_profiler=True; traces land in RUN_DIR/profile/.")
     return files
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -34,12 +35,12 @@ def test_round_trip_through_file_keeps_every_field(tmp_path):
     cfg = make(nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
                pipeline_model_parallel_size=2, num_layers=8,
                num_layers_per_virtual_pipeline_stage=2, global_batch_size=16,
-               memory_limit_gb=1.5, recompute_granularity="full", profile_ranks=(0, 3),
+               memory_limit_gb=1.5, recompute_granularity="full", torch_profiler_ranks=(0, 3),
                extra={"notebook": "06"})
     path = tmp_path / "c.json"
     cfg.to_json(path)
     back = RunConfig.from_json(path)
-    assert back == cfg and back.profile_ranks == (0, 3)
+    assert back == cfg and back.torch_profiler_ranks == (0, 3)
     assert set(json.loads(path.read_text())) == set(FIELD_NAMES)
 
 
@@ -93,7 +94,7 @@ def rules_broken(**kw) -> str:
     (dict(backend="k8s"), ["backend='k8s'"]),
     (dict(precision="bf16"), ["precision='bf16' does not run on device='cpu'"]),
     (dict(name="a b;rm -rf"), ["name='a b;rm -rf'"]),
-    (dict(profile_ranks=(5,)), ["profile_ranks"]),
+    (dict(torch_profiler_ranks=(5,)), ["torch_profiler_ranks"]),
 ])
 def test_each_rule_names_its_numbers(kw, needles):
     msg = rules_broken(**kw)
@@ -129,7 +130,7 @@ def test_gpu_only_features_allowed_on_cuda():
 
 def test_frozen_and_replace_revalidates():
     cfg = make()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.nodes = 3  # type: ignore[misc]
     with pytest.raises(ConfigError):
         cfg.replace(micro_batch_size=3)
@@ -150,3 +151,53 @@ def test_bad_json_is_a_config_error(tmp_path):
         RunConfig.from_json(p)
     with pytest.raises(ConfigError, match="cannot read"):
         RunConfig.from_json(tmp_path / "missing.json")
+
+
+def test_divisors_are_exact_and_never_hang():
+    from labkit.rules import divisors, shown_divisors
+
+    for n in range(1, 400):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0], n
+    assert divisors(2**61 - 1) == [1, 2**61 - 1]  # a large prime: answered at once
+    assert len(divisors(2**40 * 3**20)) == 41 * 21
+    with pytest.raises(ConfigError, match="cannot list the divisors"):
+        divisors((2**61 - 1) * (2**31 - 1) * 1_000_003**2)
+    assert shown_divisors(720720).endswith("and 228 more")
+    # An absurd world size is a clear error about the layout, not a hang.
+    msg = rules_broken(nodes=(2**61 - 1), gpus_per_node=1, tensor_model_parallel_size=2)
+    assert "does not divide world size 2305843009213693951" in msg
+
+
+def test_every_field_has_a_docstring_and_parallelism_comes_first():
+    import ast
+    import inspect
+
+    import labkit.config as config
+
+    tree = ast.parse(inspect.getsource(config.RunConfig))
+    body = tree.body[0].body
+    documented = {stmt.target.id for stmt, nxt in zip(body, body[1:], strict=False)
+                  if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr)
+                  and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)}
+    assert set(FIELD_NAMES) - documented == set()
+    assert FIELD_NAMES[:4] == ("nodes", "gpus_per_node", "tensor_model_parallel_size",
+                               "pipeline_model_parallel_size")
+    assert "profile" not in FIELD_NAMES and "procs_per_node" not in FIELD_NAMES
+
+
+def test_torch_profiler_switch_and_old_config_files(tmp_path):
+    assert MEGATRON_FLAGS["torch_profiler"] == "--profile"  # Megatron-LM's switch
+    assert "torch_profiler_ranks" not in MEGATRON_FLAGS
+    with pytest.raises(ConfigError, match="did you mean 'torch_profiler'"):
+        RunConfig.from_dict({"name": "t", "profile": True})
+    with pytest.raises(ConfigError, match="did you mean 'torch_profiler_ranks'"):
+        RunConfig.from_dict({"profile_ranks": [0]})
+    # A config.json that an older labkit wrote under runs/ is still read.
+    old = json.loads(make(nodes=2).to_json())
+    old.pop("torch_profiler"), old.pop("torch_profiler_ranks")
+    old.update(profile=True, profile_ranks=[0, 3])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(old))
+    cfg = RunConfig.from_json(path)
+    assert cfg.torch_profiler is True and cfg.torch_profiler_ranks == (0, 3)
+    assert "must be True or False" in rules_broken(torch_profiler="yes")

@@ -29,7 +29,7 @@ def test_megatron_flags_profile_tensorboard_and_captured_log(tmp_path):
     assert "tensor-model-parallel size: 2, pipeline-model-parallel size: 1" in out.stdout
     assert out.stdout.count("| lm loss: ") == 6
     cfg = json.loads((run_dir / "config.json").read_text())
-    assert (cfg["tensor_model_parallel_size"], cfg["num_layers"], cfg["profile"]) == (2, 2, True)
+    assert (cfg["tensor_model_parallel_size"], cfg["num_layers"], cfg["torch_profiler"]) == (2, 2, True)
     assert (run_dir / "exit_code").read_text().strip() == "0"
 
     trace = json.loads((run_dir / "profile" / "rank0.json").read_text())

@@ -21,8 +21,8 @@ def tp2_run(tmp_path_factory):
     from tests.engine_runs import train
 
     return train(tmp_path_factory.mktemp("logs_engine"), "tp2", tensor_model_parallel_size=2,
-                 train_iters=6, log_interval=1, eval_interval=3, eval_iters=1, profile=True,
-                 profile_ranks=(0, 1))
+                 train_iters=6, log_interval=1, eval_interval=3, eval_iters=1,
+                 torch_profiler=True, torch_profiler_ranks=(0, 1))
 
 
 def test_real_log_parses_into_the_contract(tp2_run):

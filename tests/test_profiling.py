@@ -103,7 +103,7 @@ def test_errors_name_the_file(tmp_path):
     with pytest.raises(LabkitError, match="bad.json"):
         profile_breakdown(tmp_path / "bad.json")
     (tmp_path / "d").mkdir()
-    with pytest.raises(LabkitError, match="profile=True"):
+    with pytest.raises(LabkitError, match="torch_profiler=True"):
         profile_breakdown(tmp_path / "d")
     (tmp_path / "empty.json").write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(LabkitError, match="no operator"):

@@ -32,6 +32,7 @@ from labkit.planner.memory import (
     stage_params,
     total_params,
 )
+from labkit.rules import divisors
 
 __all__ = [
     "HARDWARE", "ORDER", "Hardware", "LayoutPlan", "Plan", "RankGrid", "StageMemory",
@@ -137,10 +138,6 @@ class LayoutPlan:
                 "plan": self.plan.to_dict() if self.plan else None}
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def plan_layouts(*, nodes: int, gpus_per_node: int, model: str | RunConfig = "tiny",
                  gpu_memory_gb: float | None = None, micro_batch_size: int = 1,
                  global_batch_size: int | None = None, interleaved: bool = True,
@@ -167,7 +164,7 @@ def plan_layouts(*, nodes: int, gpus_per_node: int, model: str | RunConfig = "ti
     base = (model.to_dict() if isinstance(model, RunConfig)
             else RunConfig.from_preset(model).to_dict())
     base.update(nodes=nodes, gpus_per_node=gpus_per_node, micro_batch_size=micro_batch_size,
-                profile_ranks=[0], **overrides)
+                torch_profiler_ranks=[0], **overrides)
     if gpu_memory_gb is not None:
         base["gpu_memory_gb"] = gpu_memory_gb
     if global_batch_size is not None:
@@ -176,11 +173,11 @@ def plan_layouts(*, nodes: int, gpus_per_node: int, model: str | RunConfig = "ti
         hardware = "h100-80gb" if base.get("device") == "cuda" else "cpu-lab"
     world = nodes * gpus_per_node
     out: list[LayoutPlan] = []
-    for tp in _divisors(world):
-        for pp in _divisors(world // tp):
+    for tp in divisors(world):
+        for pp in divisors(world // tp):
             vs_options: list[int | None] = [None]
             if interleaved and pp > 1:
-                vs_options += [vs for vs in _divisors(base["num_layers"])
+                vs_options += [vs for vs in divisors(base["num_layers"])
                                if base["num_layers"] % (pp * vs) == 0
                                and base["num_layers"] // (pp * vs) >= 2]
             for vs in vs_options:

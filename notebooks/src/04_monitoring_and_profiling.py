@@ -27,7 +27,7 @@ versions()
 # %% [markdown]
 # ## 1 Submit a profiled run and watch it
 #
-# `profile=True` records torch.profiler traces of a few iterations on rank 0 into
+# `torch_profiler=True` records torch.profiler traces of a few iterations on rank 0 into
 # `runs/<name>/profile/`. The monitor below refreshes the job's state and last log lines until it
 # ends (in a live notebook it updates in place).
 
@@ -38,7 +38,7 @@ from labkit.widgets import job_monitor
 
 cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
                             gpus_per_node=gpus_per_node, train_iters=train_iters)
-cfg = cfg.replace(profile=True)  # RunConfig.profile: record torch.profiler traces
+cfg = cfg.replace(torch_profiler=True)  # record torch.profiler traces
 job = launch(cfg, cluster=cluster, wait=False)
 final = job_monitor(job, refresh_s=2.0)
 assert final == "COMPLETED", job.tail(30)

@@ -1,0 +1,237 @@
+"""The rules a RunConfig keeps, each broken one reported with its numbers and a fix.
+
+``check(cfg)`` returns every broken rule at once (so a student fixes them in one go) and the
+warnings that do not stop a run. ``divisors(n)`` is the one divisor list of labkit: the rules
+quote it in their fixes and the planner sweeps layouts over it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+from labkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from labkit.config import RunConfig
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+RECOMPUTE = (None, "selective", "full")
+ATTENTION_BACKENDS = ("unfused", "flash")
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("local", "slurm")
+# Precisions the CPU/gloo path of code/pretrain_gpt.py really trains with.
+CPU_PRECISIONS = ("fp32",)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+# Trial division stops here (at most ~5 x 10**5 steps whatever n is); a cofactor left above
+# _TRIAL_LIMIT ** 2 is then a prime (Miller-Rabin says so) or too large to factorise.
+_TRIAL_LIMIT = 1_000_000
+# Miller-Rabin with these bases is exact below 3.3 x 10**24.
+_MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+# Divisors quoted in one message: enough to pick from, short enough to read.
+SHOWN_DIVISORS = 12
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3 x 10**24 (larger n: False, i.e. not proven)."""
+    if n < 2 or n >= 3_317_044_064_679_887_385_961_981:
+        return False
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in _MR_BASES:
+        if a % n == 0:
+            continue
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _prime_factors(n: int) -> dict[int, int]:
+    factors: dict[int, int] = {}
+    rest, d = n, 2
+    while d * d <= rest:
+        if d > _TRIAL_LIMIT and _is_prime(rest):
+            break
+        if d > _TRIAL_LIMIT:
+            raise ConfigError(f"cannot list the divisors of {n:,}: it has a factor {rest:,} with no "
+                              f"divisor below {_TRIAL_LIMIT:,}; use a cluster (nodes x "
+                              f"gpus_per_node) and a model of realistic size")
+        while rest % d == 0:
+            factors[d] = factors.get(d, 0) + 1
+            rest //= d
+        d += 1 if d == 2 else 2
+    if rest > 1:
+        factors[rest] = factors.get(rest, 0) + 1
+    return factors
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n >= 1``, smallest first (``divisors(12) == [1, 2, 3, 4, 6, 12]``).
+
+    Factorises by trial division up to sqrt(n), stopping at 10**6: even a huge ``n`` answers at
+    once, or raises ConfigError when a cofactor has two prime factors above 10**6. It never hangs.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"divisors of {n!r}: need an integer >= 1")
+    out = [1]
+    for prime, power in _prime_factors(n).items():
+        out = [d * prime**k for d in out for k in range(power + 1)]
+    return sorted(out)
+
+
+def shown_divisors(n: int) -> str:
+    """``divisors(n)`` for a message: at most SHOWN_DIVISORS of them, then how many more."""
+    try:
+        ds = divisors(n)
+    except ConfigError:
+        return f"(too many to list for {n:,})"
+    if len(ds) <= SHOWN_DIVISORS:
+        return str(ds)
+    return f"{ds[:SHOWN_DIVISORS]} and {len(ds) - SHOWN_DIVISORS} more"
+
+
+def check(c: RunConfig) -> tuple[list[str], list[str]]:
+    """Every broken rule (with its numbers and a fix), and warnings that do not stop a run."""
+    p = _types(c)
+    notes: list[str] = []
+    if p:  # the layout rules below would only repeat these
+        return p, notes
+    ws, tp, pp = c.world_size, c.tp, c.pp
+    if ws % (tp * pp):
+        p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide world size {ws} "
+                 f"(= nodes {c.nodes} x gpus_per_node {c.gpus_per_node}); "
+                 f"choose TP x PP among the divisors of {ws}: {shown_divisors(ws)}")
+    else:
+        dp = ws // (tp * pp)
+        if c.global_batch_size % (c.micro_batch_size * dp):
+            ok = c.micro_batch_size * dp
+            p.append(f"global_batch_size {c.global_batch_size} is not divisible by "
+                     f"micro_batch_size {c.micro_batch_size} x DP {dp} = {ok}; use a multiple of "
+                     f"{ok}, e.g. {max(ok, c.global_batch_size // ok * ok)}")
+        elif c.num_layers_per_virtual_pipeline_stage and pp > 1:
+            m = c.global_batch_size // (c.micro_batch_size * dp)
+            if m % pp:
+                p.append(f"the interleaved schedule needs the number of microbatches ({m} = "
+                         f"global {c.global_batch_size} / (micro {c.micro_batch_size} x DP {dp})) "
+                         f"to be divisible by PP {pp}; use global_batch_size "
+                         f"{c.micro_batch_size * dp * pp * max(1, -(-m // pp))}")
+    if c.num_layers % pp:
+        p.append(f"num_layers {c.num_layers} is not divisible by PP {pp}; "
+                 f"PP must divide the layers: {shown_divisors(c.num_layers)}")
+    p += _interleaving(c)
+    heads, groups = c.num_attention_heads, c.query_groups
+    if heads % tp:
+        p.append(f"num_attention_heads {heads} is not divisible by TP {tp}; "
+                 f"TP must divide the heads: {shown_divisors(heads)}")
+    if c.hidden_size % heads:
+        p.append(f"hidden_size {c.hidden_size} is not divisible by num_attention_heads {heads} "
+                 f"(head dim would be {c.hidden_size / heads:.2f}); heads that divide it: "
+                 f"{shown_divisors(c.hidden_size)}")
+    if heads % groups:
+        p.append(f"num_query_groups {groups} does not divide num_attention_heads {heads}")
+    if groups % tp:
+        p.append(f"num_query_groups {groups} is not divisible by TP {tp}; each TP rank needs "
+                 f"whole query groups")
+    if c.sequence_parallel and tp == 1:
+        p.append("sequence_parallel=True needs TP > 1 (it splits the sequence over the TP group); "
+                 "set tensor_model_parallel_size >= 2 or sequence_parallel=False")
+    if c.seq_length > c.max_position_embeddings:
+        p.append(f"seq_length {c.seq_length} > max_position_embeddings "
+                 f"{c.max_position_embeddings}; raise max_position_embeddings to >= {c.seq_length}")
+    if c.min_lr > c.lr:
+        p.append(f"min_lr {c.min_lr} > lr {c.lr}; the cosine decay goes from lr down to min_lr")
+    if c.lr_warmup_iters > c.train_iters:
+        p.append(f"lr_warmup_iters {c.lr_warmup_iters} > train_iters {c.train_iters}")
+    bad_ranks = [r for r in c.torch_profiler_ranks if not isinstance(r, int) or not 0 <= r < ws]
+    if bad_ranks:
+        p.append(f"torch_profiler_ranks {list(c.torch_profiler_ranks)} has ranks outside "
+                 f"0..{ws - 1}: {bad_ranks}")
+    p += _cpu_only(c)
+    if tp > c.gpus_per_node and ws % (tp * pp) == 0:
+        notes.append(f"TP {tp} > gpus_per_node {c.gpus_per_node}: tensor-parallel groups cross "
+                     f"nodes, so every layer all-reduces over the inter-node network (slow). "
+                     f"Keep TP <= {c.gpus_per_node} and use PP or DP across nodes.")
+    return p, notes
+
+
+def _types(c: RunConfig) -> list[str]:
+    """Types and ranges first: the arithmetic of the layout rules needs positive ints."""
+    p: list[str] = []
+    ints = ["nodes", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads",
+            "seq_length", "max_position_embeddings", "vocab_size", "make_vocab_size_divisible_by",
+            "micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
+            "pipeline_model_parallel_size", "train_iters", "log_interval", "eval_iters", "seed"]
+    opt_ints = ["ffn_hidden_size", "num_query_groups", "num_layers_per_virtual_pipeline_stage",
+                "save_interval", "eval_interval"]
+    for n in ints + opt_ints:
+        v = getattr(c, n)
+        if v is None and n in opt_ints:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            p.append(f"{n}={v!r} must be an integer")
+        elif v <= 0 and n != "seed":
+            p.append(f"{n}={v} must be positive (> 0)")
+    for n in ("lr", "min_lr", "weight_decay", "clip_grad", "gpu_memory_gb"):
+        v = getattr(c, n)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isinf(v):
+            p.append(f"{n}={v!r} must be a finite number >= 0")
+    if c.memory_limit_gb is not None and (isinstance(c.memory_limit_gb, bool)
+                                          or not isinstance(c.memory_limit_gb, (int, float))
+                                          or not c.memory_limit_gb > 0):
+        p.append(f"memory_limit_gb={c.memory_limit_gb!r} must be a positive number or None")
+    if isinstance(c.lr_warmup_iters, bool) or not isinstance(c.lr_warmup_iters, int) \
+            or c.lr_warmup_iters < 0:
+        p.append(f"lr_warmup_iters={c.lr_warmup_iters!r} must be an integer >= 0")
+    for n, allowed in (("precision", PRECISIONS), ("recompute_granularity", RECOMPUTE),
+                       ("attention_backend", ATTENTION_BACKENDS), ("device", DEVICES),
+                       ("backend", BACKENDS)):
+        if getattr(c, n) not in allowed:
+            p.append(f"{n}={getattr(c, n)!r} is not one of {list(allowed)}")
+    if not isinstance(c.torch_profiler, bool):
+        p.append(f"torch_profiler={c.torch_profiler!r} must be True or False")
+    if not isinstance(c.name, str) or not NAME_RE.match(c.name):
+        p.append(f"name={c.name!r} must be 1-64 letters, digits, '.', '_' or '-' (it names the "
+                 f"folder runs/<name>/ and the Slurm job), e.g. 'tp2_pp2'")
+    return p
+
+
+def _interleaving(c: RunConfig) -> list[str]:
+    vs, pp = c.num_layers_per_virtual_pipeline_stage, c.pp
+    if not vs:
+        return []
+    if pp == 1:
+        return [f"num_layers_per_virtual_pipeline_stage={vs} (interleaving) needs PP > 1, "
+                f"but PP = 1; set pipeline_model_parallel_size >= 2 or drop interleaving"]
+    if c.num_layers % (pp * vs):
+        return [f"num_layers {c.num_layers} is not divisible by PP {pp} x "
+                f"num_layers_per_virtual_pipeline_stage {vs} = {pp * vs}"]
+    if c.num_layers // (pp * vs) < 2:
+        return [f"num_layers_per_virtual_pipeline_stage={vs} gives {c.num_layers} / "
+                f"({pp} x {vs}) = 1 virtual stage: that is no interleaving; use a smaller "
+                f"value (e.g. {c.num_layers // (2 * pp)}) or None"]
+    return []
+
+
+def _cpu_only(c: RunConfig) -> list[str]:
+    if c.device != "cpu":
+        return []
+    p = []
+    if c.precision not in CPU_PRECISIONS:
+        p.append(f"precision={c.precision!r} does not run on device='cpu' (the CPU path "
+                 f"trains in {list(CPU_PRECISIONS)}); use precision='fp32' or device='cuda'")
+    if c.attention_backend == "flash":
+        p.append("attention_backend='flash' needs CUDA; use 'unfused' on device='cpu'")
+    if c.sequence_parallel:
+        p.append("sequence_parallel=True needs Transformer Engine or Apex layer norms "
+                 "(GPU only); set sequence_parallel=False on device='cpu'")
+    return p

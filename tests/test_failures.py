@@ -49,8 +49,6 @@ CASES = [
      None, "memory_limit_gb"),
     ("host_oom", "[labkit] out of memory on rank 3 (tensor, pipeline) = (1, 0) during forward-backward at "
      "iteration 1: tried to allocate 2147483648 bytes (memory_limit_gb=0.5)", 3, "memory_limit_gb"),
-    ("host_oom", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
-     "(pid: 1234) of binary: /usr/bin/python", None, "SIGKILL"),
     # collective timeouts: torch 1.9, 1.11-2.2, 2.3+ and gloo
     ("nccl_timeout", "[E ProcessGroupNCCL.cpp:566] [Rank 1] Watchdog caught collective operation timeout: "
      "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800923 milliseconds before timing out.",
@@ -100,6 +98,18 @@ def test_single_line_failures(kind, line, rank, hint_word):
     f = failures[0]
     assert f.rank == rank and f.line == 2 and f.message
     assert hint_word in f.hint
+
+
+def test_torchrun_agent_line_reports_the_failed_worker():
+    sigkill = diagnose(["ok", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+                              "local_rank: 0 (pid: 1234) of binary: /usr/bin/python"])
+    assert [(f.kind, f.line) for f in sigkill] == [("host_oom", 2), ("child_failed", 2)]
+    assert "SIGKILL" in sigkill[0].hint and "local_rank 0, exit code -9" in sigkill[1].message
+    abort = diagnose(["E0801 13:23:20.000000 32974 torch/distributed/elastic/multiprocessing/api.py:874] "
+                      "failed (exitcode: -6) local_rank: 3 (pid: 33054) of binary: /usr/bin/python3"])
+    assert [f.kind for f in abort] == ["child_failed"]
+    torch19 = diagnose(["Child process 32378 (local_rank 0) FAILED (exitcode 1)"])
+    assert [f.kind for f in torch19] == ["child_failed"]
 
 
 def test_every_kind_is_covered():

@@ -12,19 +12,22 @@ from labkit.logs.nccl import parse_channel, transport_class
 FIX = Path(__file__).parent / "fixtures" / "logs"
 
 
-@pytest.mark.parametrize("fixture,version,transports,n_lines", [
-    ("nccl_2.10_transports.txt", "2.10.3+cuda11.4", {"P2P": 1, "SHM": 1, "NET": 2}, 6),
-    ("nccl_2.18_transports.txt", "2.18.5+cuda12.2", {"P2P": 3, "SHM": 1, "NET": 1}, 6),
-    ("nccl_2.21_transports.txt", "2.21.5+cuda12.4", {"P2P": 4, "SHM": 1, "NET": 2}, 9),
+@pytest.mark.parametrize("fixture,version,build,transports,n_lines", [
+    ("nccl_2.10_transports.txt", "2.10.3", "cuda11.4", {"P2P": 1, "SHM": 1, "NET": 2}, 6),
+    ("nccl_2.18_transports.txt", "2.18.5", "cuda12.2", {"P2P": 3, "SHM": 1, "NET": 1}, 6),
+    ("nccl_2.21_transports.txt", "2.21.5", "cuda12.4", {"P2P": 4, "SHM": 1, "NET": 2}, 9),
 ])
-def test_versions_and_transport_counts(fixture, version, transports, n_lines):
-    d = parse_log(FIX / fixture).to_dict()["nccl"]
-    assert d["version"] == version
+def test_versions_and_transport_counts(fixture, version, build, transports, n_lines):
+    p = parse_log(FIX / fixture)
+    d = p.to_dict()["nccl"]
+    assert d["version"] == version and p.nccl_build == build  # "2.10.3+cuda11.4": the CUDA part apart
     assert d["transports"] == transports
     assert len(d["channels"]) == n_lines  # one entry per distinct line ([send] and [receive] both kept)
 
 
 @pytest.mark.parametrize("line,expected", [
+    ("learnfair062:40509:40629 [3] NCCL INFO Ring 04 : 3[3] -> 2[2] via P2P/IPC",
+     (4, None, 3, 2, None, "P2P/IPC", "P2P")),
     ("h:1:2 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC",
      (0, None, 0, 1, None, "P2P/IPC", "P2P")),
     ("h:1:2 [0] NCCL INFO Channel 03/1 : 3[41000] -> 4[3d000] [send] via NET/Socket/0",

@@ -16,7 +16,12 @@ from typing import Any
 _STEP = re.compile(r"(?:\[Rank (\d{1,6})\] )?step=(\d{1,12}), skipped=(\d{1,12}), lr=\[([^\]]{0,400})\]")
 _TIMER = re.compile(r"global_step=(\d{1,12}), RunningAvgSamplesPerSec=([0-9.eE+-]{1,30}), "
                     r"CurrSamplesPerSec=([0-9.eE+-]{1,30})")
-_OLD_TIMER = re.compile(r"\] \d{1,9}/(\d{1,12}), SamplesPerSec=([0-9.eE+-]{1,30})")
+# DeepSpeed <= 0.4: "0/10, SamplesPerSec=12.3"; 0.5 - 0.7: "0/10, RunningAvgSamplesPerSec=12.3,
+# CurrSamplesPerSec=12.5" (epoch / global step), both with or without MemAllocated=.
+_OLD_TIMER = re.compile(r"\] \d{1,9}/(\d{1,12}), (?:SamplesPerSec=([0-9.eE+-]{1,30})"
+                        r"|RunningAvgSamplesPerSec=[0-9.eE+-]{1,30}, CurrSamplesPerSec=([0-9.eE+-]{1,30}))")
+# The flops profiler's summary: "world size:      128", "data parallel size:      16"
+_PROFILER = re.compile(r"^(world|data parallel) size:\s{1,80}(\d{1,9})\s{0,8}$")
 _MEM = re.compile(r"MemAllocated=([0-9.]{1,20})GB, MaxMemAllocated=([0-9.]{1,20})GB")
 _WORLD_INFO = re.compile(r"WORLD INFO DICT: (\{.{0,20000}\})")
 _DIST_WS = re.compile(r"dist_world_size=(\d{1,9})")
@@ -45,16 +50,17 @@ def parse_step(text: str) -> dict[str, Any] | None:
     m = _TIMER.search(text)
     if m:
         rec = {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(3))}
-        mm = _MEM.search(text, m.end())
-        a, b = (_f(mm.group(1)), _f(mm.group(2))) if mm else (None, None)
-        if a is not None and b is not None:  # DeepSpeed's GB are GiB; our MB are MiB, as Megatron's
-            rec["allocated_mb"] = a * 1024
-            rec["max_allocated_mb"] = b * 1024
-        return rec
-    m = _OLD_TIMER.search(text)
-    if m:  # DeepSpeed <= 0.4: "0/10, SamplesPerSec=12.3" (epoch / global step)
-        return {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(2))}
-    return None
+    else:
+        m = _OLD_TIMER.search(text)
+        if m is None:
+            return None
+        rec = {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(2) or m.group(3))}
+    mm = _MEM.search(text, m.end())
+    a, b = (_f(mm.group(1)), _f(mm.group(2))) if mm else (None, None)
+    if a is not None and b is not None:  # DeepSpeed's GB are GiB; our MB are MiB, as Megatron's
+        rec["allocated_mb"] = a * 1024
+        rec["max_allocated_mb"] = b * 1024
+    return rec
 
 
 def parse_launcher(text: str) -> dict[str, Any] | None:
@@ -76,4 +82,8 @@ def parse_launcher(text: str) -> dict[str, Any] | None:
         m = _NNODES.search(text)
         if m:
             return {"nodes": int(m.group(1)), "procs_per_node": int(m.group(2))}
+    if " size:" in text:
+        m = _PROFILER.match(text)
+        if m:
+            return {"world_size" if m.group(1) == "world" else "dp": int(m.group(2))}
     return None

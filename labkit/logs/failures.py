@@ -91,14 +91,18 @@ _OPTYPE = re.compile(r"OpType=(\w{1,40})")
 _RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
 _RANK_IN = re.compile(r"\[(?:PG ID \d{1,6} PG GUID [^\]]{0,80}? )?Rank (\d{1,6})\]")
 _GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
-_CUDA_ERR = re.compile(r"CUDA error: ([^\n]{1,200})|unhandled cuda error|Xid \(PCI:[^)]{1,40}\): (\d{1,4})"
-                       r"|CUDA driver error|uncorrectable ECC error")
+_CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
+                       r"|Xid \(PCI:[^)]{1,40}\): (\d{1,4})|CUDA driver error|uncorrectable ECC error"
+                       r"|CUDA failure: (?P<fail>[^\n]{1,200})"
+                       r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)")
 _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
                     r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
                     r"(?: on (\S{1,100}))? \*\*\*")
 _NODE_FAIL = re.compile(r"srun: error: Node failure on (\S{1,100})|Task launch for \S{1,60} failed on "
                         r"node (\S{1,100})|NODE_FAIL")
 _TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
+_CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
+_TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
 _SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
@@ -160,8 +164,13 @@ def match_line(text: str, rank: int | None) -> Failure | None:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text
+            if m.group("drv"):  # a crash backtrace (signal handler, gdb) with frames in the driver
+                return Failure("cuda_error", rank, None, "a process crashed inside the CUDA driver "
+                               "(libcuda in its backtrace): " + _short(text), HINTS["cuda_error"],
+                               key="cuda:libcuda-crash")
+            what = m.group("msg") or m.group("fail") or ""
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
-                           key=f"cuda:{'ecc' if ecc else (m.group(1) or '')[:40]}")
+                           key=f"cuda:{'ecc' if ecc else what[:40]}")
     if "***" in text and "CANCELLED" in text:
         m = _SLURM.search(text)
         if m:
@@ -237,20 +246,44 @@ class FailureScanner:
                 f.line = line.lineno
             f = self.add(f)
         self._prev = line
-        self._child_table(line, text)
+        if "exitcode" in text:
+            self._worker_failed(line, text)
+        self._child_table(line, text, prev)
         self._traceback(line, text, f)
 
-    def _child_table(self, line: Line, text: str) -> None:
+    def _worker_failed(self, line: Line, text: str) -> None:
+        """torchrun's agent (``failed (exitcode: N) local_rank: R``) or torch 1.9's launcher
+        (``Child process P (local_rank R) FAILED (exitcode N)``) reports a failed worker."""
+        m = _TORCHRUN_FAIL.search(text)
+        r, code = (m.group(2), m.group(1)) if m else (None, None)
+        if m is None:
+            m = _CHILD_19.search(text)
+            r, code = (m.group(1), m.group(2)) if m else (None, None)
+        if m is not None:  # a local rank only: the global one comes from the root-cause table
+            self.add(Failure("child_failed", None, line.lineno, f"torchrun: a worker failed (local_rank "
+                             f"{r}, exit code {code})", HINTS["child_failed"], key="child"))
+
+    def _child_table(self, line: Line, text: str, prev: Line | None = None) -> None:
         if "ChildFailedError" in text and "raise " not in text and "import" not in text:
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError)",
                                            HINTS["child_failed"], key="child"))
             self._child_left = 40
             return
+        m = _ROOT_FIELD.match(text)
+        if (self._child_left <= 0 or self._child is None) and m and m.group(1) == "exitcode" \
+                and _TABLE_EXIT.match(m.group(2).strip()):
+            # a root-cause row without its header (a pasted part of the table)
+            self._child = self.add(Failure("child_failed", line.rank, line.lineno,
+                                           "torchrun: a worker failed (ChildFailedError table)",
+                                           HINTS["child_failed"], key="child"))
+            self._child_left = 8
+            pm = _ROOT_FIELD.match(prev.text) if prev is not None else None
+            if pm and pm.group(1) == "rank" and prev is not None and prev.lineno == line.lineno - 1:
+                self._child_table(prev, prev.text)
         if self._child_left <= 0 or self._child is None:
             return
         self._child_left -= 1
-        m = _ROOT_FIELD.match(text)
         if not m:
             return
         name, value = m.group(1), m.group(2).strip()
@@ -259,7 +292,7 @@ class FailureScanner:
             rm = re.match(r"(\d{1,6})", value)
             c.rank = int(rm.group(1)) if rm else c.rank
             c.message += f"; root cause rank {value}"
-        elif name == "exitcode" and "exit" not in c.message:
+        elif name == "exitcode" and "exitcode " not in c.message:
             c.message += f", exitcode {value}"
             if value.startswith("-9") or value.startswith("137"):
                 self.add(Failure("host_oom", c.rank, line.lineno, f"rank {c.rank} killed by SIGKILL "

@@ -34,6 +34,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "tflops": ("tflops_per_gpu", 1.0),  # Megatron-DeepSpeed: per GPU
     "learning rate": ("lr", 1.0),
     "global batch size": ("global_batch_size", 1.0),
+    "gloabl batch size": ("global_batch_size", 1.0),  # sic, printed by ModelLink's fork (2023)
     "lm loss": ("lm_loss", 1.0),
     "lm_loss": ("lm_loss", 1.0),  # gpt-neox
     "loss scale": ("loss_scale", 1.0),
@@ -47,6 +48,9 @@ FIELDS: dict[str, tuple[str, float]] = {
     "tokens per gpu per second (tgs)": ("tokens_per_gpu_per_sec", 1.0),
     "actual seqlen": ("seq_length", 1.0),
 }
+# A line hard-wrapped inside a label ("number of skipped" / "iterations: 0") is joined without a
+# space, so labels are also looked up with their spaces removed.
+_FIELDS_JOINED = {k.replace(" ", ""): v for k, v in FIELDS.items()}
 # gpt-neox prints "approx flops per GPU: 123.4TFLOPS"
 _FLOPS_UNIT = re.compile(r"^\s{0,9}([0-9.eE+-]{1,30})\s{0,3}([KMGTPE]?)FLOPS", re.I)
 _UNIT_SCALE = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6}
@@ -118,7 +122,7 @@ def _parse_general(text: str) -> dict[str, Any] | None:
             continue
         label, _, value = part.rpartition(":")
         key = _label(label)
-        field = FIELDS.get(key)
+        field = FIELDS.get(key) or _FIELDS_JOINED.get(key.replace(" ", ""))
         if field is not None:
             v = _num(value)
             if v is not None:

@@ -1,12 +1,17 @@
 """NCCL_DEBUG=INFO lines: the version and which transport each rank pair's channel uses.
 
-Transport lines changed shape twice; all three are read:
+Transport lines changed shape three times; all are read:
+    NCCL 2.3 - 2.4 ``Ring 00 : 0[0] -> 1[1] via P2P/IPC``                        (2018: lines of
+                   two ranks may be printed into one, or a line may start at ``Ring``)
     NCCL <= 2.13   ``Channel 00 : 0[3d000] -> 1[3e000] via P2P/IPC/read``          (peer bus id)
     2.14 - 2.18    ``Channel 00/0 : 0[3d000] -> 1[3e000] via P2P/IPC/read``        (+ /connIndex)
     >= 2.19        ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read``              (cuda device)
     network hops   ``Channel 00/0 : 3[3] -> 4[0] [send] via NET/IB/0/GDRDMA``
 Ring and tree lists (``Channel 00/02 :    0   1   2   3``, ``Ring 00 : 0 1 2 3``,
 ``Trees [0] ...``) name an order, not a transport, and are not counted.
+
+The banner ``NCCL version 2.18.1+cuda12.1`` gives the version ``2.18.1``; the suffix after ``+``
+(``cuda12.1``, the CUDA it was built for) is kept apart (``ParsedLog.nccl_build``).
 """
 
 from __future__ import annotations
@@ -14,18 +19,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4}(?:[+\-.][\w.]{0,30})?)")
+_VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4})(?:[+\-]([\w.]{1,30}))?")
 _CHANNEL = re.compile(
-    r"Channel (\d{1,4})(?:/(\d{1,4}))? : (\d{1,7})\[[0-9a-fA-Fx]{1,16}\] -> (\d{1,7})\[[0-9a-fA-Fx]{1,16}\]"
+    r"(?:Channel|Ring) (\d{1,4})(?:/(\d{1,4}))? : (\d{1,7})\[[0-9a-fA-Fx]{1,16}\] -> "
+    r"(\d{1,7})\[[0-9a-fA-Fx]{1,16}\]"
     r"(?: \[(send|receive)\])? via (\S{1,80}(?: pointer| shared memory)?)")
 CLASSES = ("P2P", "SHM", "NET")
 
 
-def parse_version(text: str) -> str | None:
+def parse_version(text: str) -> tuple[str, str | None] | None:
+    """``NCCL version 2.18.1+cuda12.1`` -> ``("2.18.1", "cuda12.1")``; the build part may be None."""
     if "NCCL version" not in text:
         return None
     m = _VERSION.search(text)
-    return m.group(1) if m else None
+    return (m.group(1), m.group(2)) if m else None
 
 
 def transport_class(via: str) -> str:
@@ -40,7 +47,7 @@ def transport_class(via: str) -> str:
 
 def parse_channel(text: str) -> dict[str, Any] | None:
     """A transport line -> ``{channel, conn, src, dst, direction, via, transport}``."""
-    if " -> " not in text or "Channel" not in text:
+    if " -> " not in text or ("Channel" not in text and "Ring" not in text):
         return None
     m = _CHANNEL.search(text)
     if m is None:

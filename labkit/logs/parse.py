@@ -48,6 +48,8 @@ class ParsedLog:
     failures: pd.DataFrame
     layout: dict[str, int | None]
     nccl_version: str | None = None
+    nccl_build: str | None = None
+    """What the NCCL banner says after ``+`` (``cuda12.1`` in ``NCCL version 2.18.1+cuda12.1``)."""
     args: dict[str, str] = field(default_factory=dict)
     theoretical_memory: dict[str, float] | None = None
     failure_records: list[Failure] = field(default_factory=list)
@@ -112,6 +114,7 @@ class _Collector:
         self.args: dict[str, str] = {}
         self.theory: dict[str, float] | None = None
         self.nccl_version: str | None = None
+        self.nccl_build: str | None = None
         self.scanner = FailureScanner()
         self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
         self.errors = 0
@@ -214,7 +217,8 @@ class _Collector:
                 return False
         v = nccl.parse_version(text)
         if v is not None:
-            self.nccl_version = self.nccl_version or v
+            if self.nccl_version is None:
+                self.nccl_version, self.nccl_build = v
             return False
         t = megatron.parse_theoretical_memory(text)
         if t is not None:
@@ -236,8 +240,9 @@ def _layout(col: _Collector) -> dict[str, int | None]:
     for arg, key in _ARG_LAYOUT.items():
         if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
             lay[key] = int(col.args[arg])
-    if lay.get("world_size") is None and "world_size" in col.launcher:
-        lay["world_size"] = col.launcher["world_size"]
+    for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
+        if lay.get(key) is None and key in col.launcher:
+            lay[key] = col.launcher[key]
     ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
     if lay.get("dp") is None and ws and tp and pp:
         lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
@@ -310,6 +315,7 @@ def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | 
         params=pd.DataFrame(col.params),
         nccl=pd.DataFrame(list(col.channels.values())).reindex(columns=NCCL_COLUMNS),
         failures=pd.DataFrame([f.to_dict() for f in failures], columns=FAILURE_COLUMNS),
-        layout=layout, nccl_version=col.nccl_version, args=col.args, theoretical_memory=col.theory,
+        layout=layout, nccl_version=col.nccl_version, nccl_build=col.nccl_build, args=col.args,
+        theoretical_memory=col.theory,
         failure_records=failures, sources=sources, parse_errors=col.errors,
         first_parse_error=col.first_error)

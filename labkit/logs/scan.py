@@ -28,7 +28,7 @@ TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size"
             "test results", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory", "Kill", "SIGKILL",
             "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
-            "cuda", "Xid", "ECC", "exitcode")
+            "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length")
 _TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS))
 _TRIGGER_B = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
 _GREP_OUT = re.compile(rb"(\d{1,15}):(\d{1,20}):")

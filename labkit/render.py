@@ -1,25 +1,28 @@
-"""Job scripts from a RunConfig: pure, deterministic text that students can ``cat``.
+"""Job scripts from a JobSpec: pure, deterministic text that students can ``cat``.
 
 ``render_sbatch`` (Slurm), ``render_local`` (the local backend's launch script) and
 ``render_hostfile`` (DeepSpeed style) take values and return text: same input, byte-identical
-output, nothing read from the environment. The scripts' shape lives in ``code/templates/``; this
-module only fills in the blanks. Every value that reaches the shell goes through
-``shlex.quote`` (paths may hold spaces, quotes, ``$(...)`` or ``;``), and the per-node values
-(``$SLURM_NODEID``) are read from exported variables, never spliced into a quoted string.
+output, nothing read from the environment. The script functions take what the backends take
+(``labkit.backends.spec``): a JobSpec (or a RunConfig, whose JobSpec is used), the cluster
+profile, the run directory, and the program with its arguments. The scripts' shape lives in
+``code/templates/``; this module only fills in the blanks. Every value that reaches the shell
+goes through ``shlex.quote`` (paths may hold spaces, quotes, ``$(...)`` or ``;``), and the
+per-node values (``$SLURM_NODEID``) are read from exported variables, never spliced into a
+quoted string.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
-from labkit.paths import CODE_DIR
-from labkit.paths import run_dir as default_run_dir
-from labkit.site import ClusterProfile, resolve_profile
+from labkit.errors import ConfigError
+from labkit.paths import CODE_DIR, default_torchrun
+from labkit.site import ClusterProfile
 
 TEMPLATE_DIR = CODE_DIR / "templates"
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
@@ -42,12 +45,28 @@ def _q(value: str | Path) -> str:
     return shlex.quote(str(value))
 
 
-def _header(cfg: RunConfig, what: str) -> tuple[str, str]:
-    unit = "GPU(s)" if cfg.device == "cuda" else "process(es)"
-    title = f"labkit {what} for run {cfg.name}"
-    summary = (f"{cfg.nodes} node(s) x {cfg.gpus_per_node} {unit} = world size "
-               f"{cfg.world_size} | TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp} | {cfg.device}")
+def as_spec(job: JobSpec | RunConfig) -> JobSpec:
+    """A JobSpec as it is, a RunConfig as its JobSpec."""
+    return job if isinstance(job, JobSpec) else JobSpec.from_config(job)
+
+
+def _header(spec: JobSpec, what: str) -> tuple[str, str]:
+    unit = "GPU(s)" if spec.device == "cuda" else "process(es)"
+    title = f"labkit {what} for run {spec.name}"
+    layout = f" | {spec.layout}" if spec.layout else ""
+    summary = (f"{spec.nodes} node(s) x {spec.gpus_per_node} {unit} = world size "
+               f"{spec.world_size}{layout} | {spec.device}")
     return title, summary
+
+
+def program_words(program_args: Sequence[str] | None) -> str:
+    """The program's arguments as shell words; None: the training script's config file."""
+    if program_args is None:
+        return '--config "$RUN_DIR/config.json"'
+    if isinstance(program_args, (str, bytes)):
+        raise ConfigError(f"program_args={program_args!r} must be a list of arguments, e.g. "
+                          f"['--iters', '10'], not one string")
+    return " ".join(_q(a) for a in program_args)
 
 
 def _sbatch_value(value: str) -> str:
@@ -55,38 +74,39 @@ def _sbatch_value(value: str) -> str:
     return value if _SAFE.match(value) else '"' + value.replace('"', '\\"') + '"'
 
 
-def default_program(profile: ClusterProfile | None = None) -> str:
-    """``pretrain_gpt.py`` in the profile's code_dir (or this checkout's ``code/``)."""
-    base = profile.code_dir if profile is not None and profile.code_dir else str(CODE_DIR)
+def default_program(cluster: ClusterProfile | None = None) -> str:
+    """``pretrain_gpt.py`` in the cluster's code_dir (or this checkout's ``code/``)."""
+    base = cluster.code_dir if cluster is not None and cluster.code_dir else str(CODE_DIR)
     return str(Path(base) / "pretrain_gpt.py")
 
 
-def sbatch_options(cfg: RunConfig, profile: ClusterProfile, run_dir: Path) -> list[str]:
+def sbatch_options(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path) -> list[str]:
     """The ``--option=value`` list of the job (also given to sbatch on its command line)."""
-    cpus = profile.cpus_per_task or cfg.gpus_per_node
-    opts = [f"--job-name={cfg.name}", f"--nodes={cfg.nodes}", "--ntasks-per-node=1",
+    spec = as_spec(spec)
+    cpus = cluster.cpus_per_task or spec.gpus_per_node
+    opts = [f"--job-name={spec.name}", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}"]
-    if cfg.device == "cuda":
-        if profile.gpu_request == "gres":
-            opts.append(f"--gres=gpu:{cfg.gpus_per_node}")
-        elif profile.gpu_request == "gpus-per-node":
-            opts.append(f"--gpus-per-node={cfg.gpus_per_node}")
-    opts.append(f"--time={profile.time_limit}")
+    if spec.device == "cuda":
+        if cluster.gpu_request == "gres":
+            opts.append(f"--gres=gpu:{spec.gpus_per_node}")
+        elif cluster.gpu_request == "gpus-per-node":
+            opts.append(f"--gpus-per-node={spec.gpus_per_node}")
+    opts.append(f"--time={cluster.time_limit}")
     for n in ("partition", "account", "qos", "mem"):
-        if getattr(profile, n):
-            opts.append(f"--{n}={getattr(profile, n)}")
-    if profile.exclusive:
+        if getattr(cluster, n):
+            opts.append(f"--{n}={getattr(cluster, n)}")
+    if cluster.exclusive:
         opts.append("--exclusive")
     # '%' would be a Slurm filename pattern (%j, %N); '%%' is a literal percent sign.
     opts.append(f"--output={str(Path(run_dir) / 'log.txt').replace('%', '%%')}")
     opts.append("--open-mode=append")
-    opts.extend(profile.sbatch_extra)
+    opts.extend(cluster.sbatch_extra)
     return opts
 
 
-def _container(cfg: RunConfig, profile: ClusterProfile) -> tuple[str, str, list[str]]:
+def _container(spec: JobSpec, cluster: ClusterProfile) -> tuple[str, str, list[str]]:
     """(srun options, wrapper before torchrun inside bash -c, setup lines)."""
-    c = profile.container
+    c = cluster.container
     if not c:
         return "", "", []
     mounts = list(c.get("mounts") or [])
@@ -95,7 +115,7 @@ def _container(cfg: RunConfig, profile: ClusterProfile) -> tuple[str, str, list[
         if mounts:
             srun += f"--container-mounts={_q(','.join(mounts))} "
         return srun, "", []
-    gpu = "--nv " if cfg.device == "cuda" else ""
+    gpu = "--nv " if spec.device == "cuda" else ""
     setup = [f"export CONTAINER_IMAGE={_q(c['image'])}"]
     binds = "".join(f"--bind {m} " for m in mounts)  # mounts live in the profile, quoted below
     setup.append(f"export CONTAINER_BINDS={_q(binds.strip())}")
@@ -103,31 +123,33 @@ def _container(cfg: RunConfig, profile: ClusterProfile) -> tuple[str, str, list[
     return "", wrapper, setup
 
 
-def _env_lines(cfg: RunConfig, env: dict[str, str]) -> list[str]:
+def _env_lines(spec: JobSpec, env: dict[str, str]) -> list[str]:
     env = dict(env)
-    if cfg.device == "cpu":
+    if spec.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")  # the processes of a node share its cores
-    if cfg.nccl_debug:
+    if spec.nccl_debug:
         env["NCCL_DEBUG"] = "INFO"  # transport/channel lines in log.txt (labkit parse reads them)
     return [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
 
 
-def render_sbatch(cfg: RunConfig, profile: ClusterProfile, run_dir: Path, *,
-                  program: str | Path | None = None) -> str:
+def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path, *,
+                  program: str | Path | None = None,
+                  program_args: Sequence[str] | None = None) -> str:
     """The sbatch script of a run.
 
     Args:
-        cfg: the run (nodes, processes per node, layout, ``nccl_debug``).
-        profile: the site (partition, account, time limit, modules, container, env).
+        spec: the job's shape (nodes, processes per node, device, ``nccl_debug``).
+        cluster: the site (partition, account, time limit, modules, container, env).
         run_dir: the run's directory as the compute nodes see it.
-        program: the training script; default ``pretrain_gpt.py`` of the profile's code_dir.
+        program: the program; default ``pretrain_gpt.py`` of the cluster's code_dir.
+        program_args: its arguments; default ``--config "$RUN_DIR/config.json"``.
     """
-    run_dir = Path(run_dir)
-    title, summary = _header(cfg, "sbatch script")
-    srun_extra, wrapper, container_setup = _container(cfg, profile)
-    setup = [f"module load {_q(m)}" for m in profile.modules] + list(profile.setup)
+    spec, run_dir = as_spec(spec), Path(run_dir)
+    title, summary = _header(spec, "sbatch script")
+    srun_extra, wrapper, container_setup = _container(spec, cluster)
+    setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)
     setup += container_setup
-    if profile.master_addr_from == "nodeaddr":
+    if cluster.master_addr_from == "nodeaddr":
         master = ("HEAD_NODE=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
                   "# The nodes share one hostname here, so use the head node's own address.\n"
                   "export MASTER_ADDR=$(scontrol show node \"$HEAD_NODE\" | "
@@ -135,39 +157,38 @@ def render_sbatch(cfg: RunConfig, profile: ClusterProfile, run_dir: Path, *,
     else:
         master = "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"
     sbatch = []
-    for opt in sbatch_options(cfg, profile, run_dir):
+    for opt in sbatch_options(spec, cluster, run_dir):
         key, eq, val = opt.partition("=")
         sbatch.append(f"#SBATCH {key}{eq}{_sbatch_value(val) if eq else ''}")
     values = {
-        "title": title, "summary": summary, "profile": repr(profile.name),
+        "title": title, "summary": summary, "cluster": repr(cluster.name),
         "sbatch": "\n".join(sbatch),
-        "run_dir": _q(run_dir), "program": _q(program or default_program(profile)),
-        "torchrun": _q(profile.torchrun),
+        "run_dir": _q(run_dir), "program": _q(program or default_program(cluster)),
+        "program_args": program_words(program_args),
+        "torchrun": _q(cluster.torchrun),
         "setup": "\n".join(setup) if setup else "# (no modules or setup lines in the profile)",
-        "env": "\n".join(_env_lines(cfg, profile.env)),
-        "master_addr": master, "nproc": str(cfg.gpus_per_node),
+        "env": "\n".join(_env_lines(spec, cluster.env)),
+        "master_addr": master, "nproc": str(spec.gpus_per_node),
         "srun_extra": srun_extra, "wrapper": wrapper,
     }
     return fill(_template("sbatch.sh.tmpl"), values)
 
 
-def default_torchrun() -> str:
-    """The torchrun next to this Python (a venv's), else ``torchrun`` from PATH."""
-    exe = Path(sys.executable).parent / "torchrun"
-    return str(exe) if exe.exists() else "torchrun"
-
-
-def render_local(cfg: RunConfig, run_dir: Path, *, program: str | Path | None = None,
-                 torchrun: str | None = None, env: dict[str, str] | None = None) -> str:
-    """The local backend's launch script: one torchrun agent per simulated node."""
-    title, summary = _header(cfg, "local launch script")
+def render_local(spec: JobSpec | RunConfig, run_dir: Path, *, program: str | Path | None = None,
+                 program_args: Sequence[str] | None = None, torchrun: str | None = None,
+                 env: dict[str, str] | None = None) -> str:
+    """The local backend's launch script: one torchrun agent per simulated node (the other
+    arguments as in ``render_sbatch``)."""
+    spec = as_spec(spec)
+    title, summary = _header(spec, "local launch script")
     values = {
         "title": title, "summary": summary, "run_dir": _q(Path(run_dir)),
         "program": _q(program or default_program()),
+        "program_args": program_words(program_args),
         "torchrun": _q(torchrun or default_torchrun()),
         # Every rank is on this machine: gloo talks over loopback whatever the hostname says.
-        "env": "\n".join(_env_lines(cfg, {"GLOO_SOCKET_IFNAME": "lo", **(env or {})})),
-        "nodes": str(cfg.nodes), "nproc": str(cfg.gpus_per_node),
+        "env": "\n".join(_env_lines(spec, {"GLOO_SOCKET_IFNAME": "lo", **(env or {})})),
+        "nodes": str(spec.nodes), "nproc": str(spec.gpus_per_node),
     }
     return fill(_template("local.sh.tmpl"), values)
 
@@ -177,22 +198,3 @@ def render_hostfile(hosts: list[str], slots: int) -> str:
     if slots <= 0 or not hosts:
         raise ValueError(f"a hostfile needs at least one host and slots > 0 (got {hosts}, {slots})")
     return "".join(f"{h} slots={slots}\n" for h in hosts)
-
-
-def cli_render(args: argparse.Namespace) -> int:
-    """``labkit render CONFIG.json [--backend local|slurm] [--profile P] [--hostfile]``."""
-    cfg = RunConfig.from_json(args.config)
-    backend = args.backend or cfg.backend
-    if args.hostfile:
-        hosts = [f"node{i + 1}" for i in range(cfg.nodes)]
-        sys.stdout.write(render_hostfile(hosts, cfg.gpus_per_node))
-        return 0
-    run_dir = default_run_dir(cfg.name)
-    if backend == "slurm":
-        profile = resolve_profile(args.profile)
-        if profile.run_root:
-            run_dir = Path(profile.run_root) / cfg.name
-        sys.stdout.write(render_sbatch(cfg, profile, run_dir))
-    else:
-        sys.stdout.write(render_local(cfg, run_dir))
-    return 0

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labkit.config import RunConfig
 from labkit.errors import SubmissionError
 from labkit.paths import run_dir as _run_dir
 
+if TYPE_CHECKING:
+    from labkit.backends.spec import JobSpec
 
-def prepare_run_dir(cfg: RunConfig, *, root: str | Path | None = None, overwrite: bool = False,
-                    resume: bool = False) -> Path:
-    """Create ``<root>/<cfg.name>/`` and write ``config.json``; returns the directory.
+
+def prepare_run_dir(cfg: RunConfig | JobSpec, *, root: str | Path | None = None,
+                    overwrite: bool = False, resume: bool = False) -> Path:
+    """Create ``<root>/<cfg.name>/`` and write a RunConfig's ``config.json`` (a JobSpec for
+    another program has none); returns the directory.
 
     Raises SubmissionError if the directory already holds a run and neither ``overwrite`` nor
     ``resume`` is given.
@@ -30,7 +35,7 @@ def prepare_run_dir(cfg: RunConfig, *, root: str | Path | None = None, overwrite
             d.rename(aside)
         elif resume:
             old = d / "config.json"
-            if old.exists():
+            if old.exists() and isinstance(cfg, RunConfig):
                 prev = RunConfig.from_json(old)
                 if prev.replace(train_iters=cfg.train_iters) != cfg.replace(
                         train_iters=cfg.train_iters, extra=prev.extra):
@@ -41,10 +46,12 @@ def prepare_run_dir(cfg: RunConfig, *, root: str | Path | None = None, overwrite
             for stale in ("exit_code",):
                 (d / stale).unlink(missing_ok=True)
         else:
+            held = ", ".join(sorted(p.name for p in d.iterdir())[:6])
             raise SubmissionError(
-                f"run directory {d} already holds a run ({', '.join(sorted(p.name for p in d.iterdir())[:6])}). "
+                f"run directory {d} already holds a run ({held}). "
                 f"Pick another name, pass resume=True to continue from its checkpoint, or "
                 f"overwrite=True to move it aside (nothing is deleted).")
     d.mkdir(parents=True, exist_ok=True)
-    cfg.to_json(d / "config.json")
+    if isinstance(cfg, RunConfig):
+        cfg.to_json(d / "config.json")
     return d

@@ -6,16 +6,19 @@ On a golden mismatch the diff is printed; accept an intended change with
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.render import render_hostfile, render_local, render_sbatch, sbatch_options
-from labkit.site import ClusterProfile, load_profile
+from labkit.site import ClusterProfile, load_cluster
 
 RUN_DIR = Path("/shared/labkit/runs/demo")
 
@@ -23,7 +26,7 @@ CFG_CPU = RunConfig(name="tp2pp2", nodes=2, gpus_per_node=2, tensor_model_parall
                     pipeline_model_parallel_size=2)
 CFG_GPU = RunConfig.for_profile("gpu", name="gpt2_tp2", tensor_model_parallel_size=2,
                                 nccl_debug=True)
-MINI = load_profile("local-minicluster").replace(torchrun="/opt/venv/bin/torchrun",
+MINI = load_cluster("local-minicluster").replace(torchrun="/opt/venv/bin/torchrun",
                                                  code_dir="/opt/labkit/code",
                                                  slurm_conf="/var/lib/labkit-slurm/slurm.conf")
 
@@ -31,9 +34,9 @@ MINI = load_profile("local-minicluster").replace(torchrun="/opt/venv/bin/torchru
 def _cases() -> dict[str, str]:
     return {
         "sbatch_minicluster_tp2pp2.sh": render_sbatch(CFG_CPU, MINI, RUN_DIR),
-        "sbatch_generic_gres_gpu.sh": render_sbatch(CFG_GPU, load_profile("generic-gres"),
+        "sbatch_generic_gres_gpu.sh": render_sbatch(CFG_GPU, load_cluster("generic-gres"),
                                                     RUN_DIR),
-        "sbatch_pyxis_gpu.sh": render_sbatch(CFG_GPU, load_profile("pyxis-container"), RUN_DIR),
+        "sbatch_pyxis_gpu.sh": render_sbatch(CFG_GPU, load_cluster("pyxis-container"), RUN_DIR),
         "sbatch_apptainer_gpu.sh": render_sbatch(CFG_GPU, ClusterProfile(
             name="apptainer", gpu_request="gpus-per-node", modules=("apptainer",),
             container={"runtime": "apptainer", "image": "/shared/images/pytorch.sif",
@@ -72,7 +75,7 @@ def test_sbatch_contract_lines():
                    'echo "$rc" > "$RUN_DIR/exit_code"'):
         assert needle in s, needle
     assert "NCCL_DEBUG" not in s
-    g = render_sbatch(CFG_GPU, load_profile("generic-gres"), RUN_DIR)
+    g = render_sbatch(CFG_GPU, load_cluster("generic-gres"), RUN_DIR)
     assert "export NCCL_DEBUG=INFO" in g and "#SBATCH --gres=gpu:8" in g
     assert "module load cuda/12.4" in g and "NCCL_IB_HCA=mlx5" in g
 
@@ -92,6 +95,74 @@ def test_hostile_run_dir_is_quoted():
         assert all(ln.startswith(("export RUN_DIR=", "#SBATCH --output=")) for ln in lines)
 
 
+ARGS = ["--json-out", "/runs/a b/busbw.jsonl", "$(touch PWNED)", "it's `x`; y", ""]
+# A torchrun that prints what the program would receive: argv after its 10 option words and
+# the program itself.
+FAKE_TORCHRUN = "#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[12:]))\n"
+
+
+def _fake_torchrun(tmp_path: Path) -> Path:
+    fake = tmp_path / "torchrun"
+    fake.write_text(FAKE_TORCHRUN)
+    fake.chmod(0o755)
+    return fake
+
+
+def test_program_args_reach_the_local_program_verbatim(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = JobSpec("bench", nodes=1, gpus_per_node=1)
+    script = render_local(spec, run_dir, program="prog.py", program_args=ARGS,
+                          torchrun=str(_fake_torchrun(tmp_path)))
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ARGS
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_program_args_reach_the_slurm_program_verbatim(tmp_path):
+    """The srun line's ``bash -c '...' program ARGS`` (run here without srun)."""
+    script = render_sbatch(JobSpec("bench", nodes=2, gpus_per_node=2), MINI, RUN_DIR,
+                           program="prog.py", program_args=ARGS)
+    lines = script.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("srun "))
+    last = lines.index("rc=$?")
+    cmd = "\n".join(lines[first:last]).split(" ", 3)[3]  # without srun and its two options
+    assert cmd.startswith("bash -c 'exec ")
+    env = {**os.environ, "TORCHRUN": str(_fake_torchrun(tmp_path)), "PROGRAM": "prog.py",
+           "SLURM_NNODES": "2", "SLURM_NODEID": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ARGS
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_default_program_args_read_the_run_config():
+    sbatch = render_sbatch(CFG_CPU, MINI, RUN_DIR)
+    assert sbatch.count("""\"$PROGRAM" "$@"' program --config "$RUN_DIR/config.json"\n""") == 1
+    assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in render_local(CFG_CPU, RUN_DIR)
+    with pytest.raises(ConfigError, match="list of arguments"):
+        render_local(CFG_CPU, RUN_DIR, program_args="--iters 3")
+
+
+def test_a_jobspec_and_its_runconfig_render_the_same():
+    assert render_sbatch(JobSpec.from_config(CFG_CPU), MINI, RUN_DIR) == \
+        render_sbatch(CFG_CPU, MINI, RUN_DIR)
+    bench = render_local(JobSpec("bw", nodes=2, gpus_per_node=2), RUN_DIR, program="b.py",
+                         program_args=["-b", "1K"])
+    assert "# 2 node(s) x 2 process(es) = world size 4 | cpu\n" in bench
+    assert '"$PROGRAM" -b 1K &' in bench
+
+
+@pytest.mark.parametrize("bad,field", [(dict(name="a b"), "name"), (dict(name="x\n"), "name"),
+                                       (dict(nodes=0), "nodes"), (dict(gpus_per_node=True),
+                                                                  "gpus_per_node"),
+                                       (dict(device="tpu"), "device")])
+def test_jobspec_refuses_bad_values(bad, field):
+    with pytest.raises(ConfigError, match=field):
+        JobSpec(**{"name": "ok", **bad})
+
+
 def test_hostfile_rejects_nonsense():
     with pytest.raises(ValueError, match="slots"):
         render_hostfile([], 2)
@@ -104,14 +175,14 @@ def test_profile_errors_name_the_fix(tmp_path):
         ClusterProfile(time_limit="soon")
     with pytest.raises(ConfigError, match="runtime"):
         ClusterProfile(container={"image": "x.sif"})
-    with pytest.raises(ConfigError, match="Profiles shipped"):
-        load_profile(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="Cluster profiles shipped"):
+        load_cluster(tmp_path / "nope.yaml")
     assert ClusterProfile().replace(time_limit="00:01:00").time_limit == "00:01:00"
 
 
 def test_shipped_profiles_load():
     for p in (Path(__file__).parents[1] / "code" / "clusters").glob("*.yaml"):
-        assert load_profile(p).name == p.stem
+        assert load_cluster(p).name == p.stem
 
 
 def test_cli_render(tmp_path, capsys, monkeypatch):

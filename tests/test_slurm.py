@@ -40,7 +40,7 @@ def _wait_for(job, states: set[JobState], timeout: float = 120) -> JobState:
 def test_engine_tp2_pp2_on_two_nodes(slurm_cluster, run_root):
     cfg = RunConfig(name="engine_tp2pp2", nodes=2, gpus_per_node=2, train_iters=5,
                     tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
-    job = submit(cfg, backend="slurm", profile=slurm_cluster)
+    job = submit(cfg, backend="slurm", cluster=slurm_cluster)
     assert job.backend == "slurm" and job.job_id.isdigit()
     st = job.wait(timeout=420, progress=False)
     log = job.log_path.read_text()
@@ -58,7 +58,7 @@ def test_engine_tp2_pp2_on_two_nodes(slurm_cluster, run_root):
 
 
 def test_failing_job_is_failed_with_log_tail(slurm_cluster, run_root):
-    job = submit(_cfg("sl_boom", extra={"fail": True}), backend="slurm", profile=slurm_cluster,
+    job = submit(_cfg("sl_boom", extra={"fail": True}), backend="slurm", cluster=slurm_cluster,
                  program=PROGRAM)
     with pytest.raises(JobFailedError) as e:
         job.wait(timeout=180, progress=False, raise_on_failure=True)
@@ -70,8 +70,8 @@ def test_cancelled_and_timeout(slurm_cluster, run_root):
     # One node each: both run at once. The time limit comes from a profile override.
     slow = {"sleep": 600, "iters": 600}
     short = slurm_cluster.replace(time_limit="1")
-    late = submit(_cfg("sl_timeout", extra=slow), backend="slurm", profile=short, program=PROGRAM)
-    doomed = submit(_cfg("sl_cancel", extra=slow), backend="slurm", profile=slurm_cluster,
+    late = submit(_cfg("sl_timeout", extra=slow), backend="slurm", cluster=short, program=PROGRAM)
+    doomed = submit(_cfg("sl_cancel", extra=slow), backend="slurm", cluster=slurm_cluster,
                     program=PROGRAM)
     assert _wait_for(doomed, {JobState.RUNNING}) is JobState.RUNNING
     doomed.cancel()
@@ -82,10 +82,10 @@ def test_cancelled_and_timeout(slurm_cluster, run_root):
 def test_jobs_that_do_not_fit_together_queue(slurm_cluster, run_root):
     # Each takes both nodes' CPUs, so the second waits for the first.
     first = submit(_cfg("sl_first", nodes=2, gpus_per_node=1, extra={"sleep": 15}),
-                   backend="slurm", profile=slurm_cluster.replace(cpus_per_task=2),
+                   backend="slurm", cluster=slurm_cluster.replace(cpus_per_task=2),
                    program=PROGRAM)
     second = submit(_cfg("sl_second", nodes=2, gpus_per_node=1),
-                    backend="slurm", profile=slurm_cluster.replace(cpus_per_task=2),
+                    backend="slurm", cluster=slurm_cluster.replace(cpus_per_task=2),
                     program=PROGRAM)
     assert _wait_for(first, {JobState.RUNNING}) is JobState.RUNNING
     seen = []
@@ -105,7 +105,7 @@ def test_foreign_job_is_left_alone(slurm_cluster, run_root, capsys):
     assert p.returncode == 0, p.stderr
     foreign = p.stdout.strip().split(";")[0]
     try:
-        ours = submit(_cfg("sl_ours"), backend="slurm", profile=slurm_cluster, program=PROGRAM)
+        ours = submit(_cfg("sl_ours"), backend="slurm", cluster=slurm_cluster, program=PROGRAM)
         assert foreign not in [j.job_id for j in list_jobs()]
         with pytest.raises(LabkitError, match="only acts on jobs it submitted"):
             get_job(foreign)
@@ -131,7 +131,7 @@ def test_hostile_run_root_through_sbatch(slurm_cluster, tmp_path, monkeypatch):
     root.mkdir(parents=True)
     monkeypatch.setenv("LABKIT_RUN_ROOT", str(root))
     job = submit(_cfg("hostile", nodes=2, gpus_per_node=1), backend="slurm",
-                 profile=slurm_cluster, program=PROGRAM)
+                 cluster=slurm_cluster, program=PROGRAM)
     assert job.wait(timeout=180, progress=False) is JobState.COMPLETED, job.tail(30)
     assert "using world size: 2," in (root / "hostile" / "log.txt").read_text()
     assert not list(tmp_path.rglob("PWNED*")) and not list(Path("/").glob("PWNED*"))

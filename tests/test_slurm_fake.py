@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
-from labkit.backends import Job, JobState, submit
+from labkit.backends import Job, JobSpec, JobState, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.backends.slurm import SLURM_STATES, _map
 from labkit.config import RunConfig
-from labkit.errors import LabkitError, SubmissionError
+from labkit.errors import ConfigError, LabkitError, SubmissionError
 from labkit.site import ClusterProfile
 
 PROFILE = ClusterProfile(name="fake", partition="lab", time_limit="00:05:00")
@@ -69,7 +69,7 @@ def test_sbatch_refusal_is_quoted_with_a_fix(fake, run_root):
     fake(sbatch_rc=1, sbatch_err="sbatch: error: Batch job submission failed: Requested node "
                                  "configuration is not available\n")
     with pytest.raises(SubmissionError) as e:
-        submit(RunConfig(name="big", nodes=2), backend="slurm", profile=PROFILE)
+        submit(RunConfig(name="big", nodes=2), backend="slurm", cluster=PROFILE)
     msg = str(e.value)
     assert "Requested node configuration is not available" in msg and "(exit 1)" in msg
     assert "sinfo" in msg
@@ -80,13 +80,13 @@ def test_no_sbatch_on_path(fake, run_root):
     fake(version_rc=127)
     with pytest.raises(SubmissionError, match=r"no sbatch on PATH: use backend='local' or run "
                                               r"`labkit cluster up`"):
-        submit(RunConfig(name="nosl"), backend="slurm", profile=PROFILE)
+        submit(RunConfig(name="nosl"), backend="slurm", cluster=PROFILE)
     assert not (run_root / "nosl").exists()
 
 
 def test_submit_records_the_job(fake, run_root):
     f = fake(squeue_out="4242|PENDING|rec\n")
-    job = submit(RunConfig(name="rec"), backend="slurm", profile=PROFILE)
+    job = submit(RunConfig(name="rec"), backend="slurm", cluster=PROFILE)
     assert job.job_id == "4242" and job.state() is JobState.PENDING
     sb = next(c for c in f.calls if c[:2] == ["sbatch", "--parsable"])
     assert sb[-1] == str(run_root / "rec" / "job.sh")
@@ -95,7 +95,7 @@ def test_submit_records_the_job(fake, run_root):
 
 def test_squeue_unreachable_degrades(fake, run_root, caplog):
     fake(squeue_out="4242|RUNNING|down\n")
-    job = submit(RunConfig(name="down"), backend="slurm", profile=PROFILE)
+    job = submit(RunConfig(name="down"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_rc=1)
     assert job.state() is JobState.UNKNOWN  # never guessed
     assert any(c[0] == "scontrol" for c in f.calls) and any(c[0] == "sacct" for c in f.calls)
@@ -105,7 +105,7 @@ def test_squeue_unreachable_degrades(fake, run_root, caplog):
 
 def test_exit_code_tells_failed(fake, run_root):
     fake(squeue_out="4242|RUNNING|ec\n")
-    job = submit(RunConfig(name="ec"), backend="slurm", profile=PROFILE)
+    job = submit(RunConfig(name="ec"), backend="slurm", cluster=PROFILE)
     fake(squeue_out="")  # Slurm forgot it (MinJobAge passed)
     (job.run_dir / "exit_code").write_text("1\n")
     assert job.state() is JobState.FAILED
@@ -113,7 +113,7 @@ def test_exit_code_tells_failed(fake, run_root):
 
 def test_same_id_other_name_is_not_ours(fake, run_root):
     fake(squeue_out="4242|RUNNING|mine\n")
-    job = submit(RunConfig(name="mine"), backend="slurm", profile=PROFILE)
+    job = submit(RunConfig(name="mine"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_out="4242|RUNNING|someone_else\n",
              scontrol_rc=0, scontrol_out="JobId=4242 JobName=someone_else UserId=bob(1000) "
                                          "JobState=RUNNING Reason=None\n")
@@ -125,7 +125,7 @@ def test_same_id_other_name_is_not_ours(fake, run_root):
 
 def test_scontrol_fallback_and_cancel_calls_only_that_id(fake, run_root):
     fake(squeue_out="4242|RUNNING|sc\n")
-    job = submit(RunConfig(name="sc"), backend="slurm", profile=PROFILE)
+    job = submit(RunConfig(name="sc"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_out="", scontrol_rc=0,
              scontrol_out="JobId=4242 JobName=sc UserId=root(0) GroupId=root(0) "
                           "JobState=TIMEOUT Reason=TimeLimit\n")
@@ -135,6 +135,32 @@ def test_scontrol_fallback_and_cancel_calls_only_that_id(fake, run_root):
     job.cancel()
     assert ["scancel", "4242"] in f.calls
     assert not any("-u" in c for c in f.calls if c[0] == "scancel")
+
+
+def test_a_program_with_arguments_is_submitted_as_a_jobspec(fake, run_root, tmp_path):
+    f = fake(squeue_out="4242|PENDING|bw\n")
+    prog = tmp_path / "bench.py"
+    job = submit(JobSpec("bw", nodes=2, gpus_per_node=2), backend="slurm", cluster=PROFILE,
+                 program=prog, program_args=["-b", "1K", "--json-out", "{run_dir}/out.jsonl"])
+    d = run_root / "bw"
+    assert sorted(p.name for p in d.iterdir()) == ["job.json", "job.sh"]  # no training config
+    script = (d / "job.sh").read_text()
+    assert f"export PROGRAM={prog}" in script
+    assert f"\"$PROGRAM\" \"$@\"' program -b 1K --json-out {d}/out.jsonl\n" in script
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --job-name=bw" in script
+    assert Job.load(d).info["program_args"] == ["-b", "1K", "--json-out", f"{d}/out.jsonl"]
+    assert job.state() is JobState.PENDING and any(c[0] == "sbatch" for c in f.calls)
+
+
+def test_submit_refuses_what_is_not_a_run(fake, run_root):
+    fake()
+    with pytest.raises(ConfigError, match="give program="):
+        submit(JobSpec("noprog"), backend="slurm", cluster=PROFILE)
+    with pytest.raises(ConfigError, match="RunConfig or a JobSpec, not dict"):
+        submit({"name": "x"}, cluster=PROFILE)
+    with pytest.raises(ConfigError, match="list of arguments"):
+        submit(RunConfig(name="s"), backend="slurm", cluster=PROFILE, program_args="-b 1K")
+    assert not list(run_root.iterdir())
 
 
 @pytest.mark.parametrize("slurm,ours", [

@@ -4,94 +4,116 @@
 ``slurm`` submits ``job.sh`` with sbatch. Either way the run directory holds ``config.json``,
 ``job.sh``, ``plan.json``, ``log.txt``, ``exit_code`` and ``job.json``, the record that makes a
 job labkit's own: ``list_jobs``, ``labkit status`` and ``labkit cancel`` see only those.
+
+Both backends implement one protocol (``labkit.backends.spec``): ``submit(spec, run_dir, *,
+cluster, program, program_args) -> Job``, ``states(jobs)``, ``cancel(job)``. A program that is
+not the training script (the all-reduce benchmark) is submitted as a JobSpec with its program
+and arguments: ``submit(JobSpec(name, nodes=2, gpus_per_node=2), program=..., program_args=[...])``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from labkit._logging import log
-from labkit.backends.job import (
-    FINISHED,
-    JOB_FILE,
-    WATCHERS,
-    Job,
-    JobState,
-    add_watcher,
-    backend_module,
-    remove_watcher,
-)
+from labkit.backends.job import FINISHED, JOB_FILE, Job, JobState, backend_module
+from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
 from labkit.rundir import prepare_run_dir
-from labkit.site import ClusterProfile, resolve_profile
+from labkit.site import ClusterProfile, resolve_cluster
 
-__all__ = ["FINISHED", "WATCHERS", "Job", "JobState", "add_watcher", "remove_watcher", "submit",
-           "list_jobs", "get_job", "cli_submit", "cli_status", "cli_cancel", "cli_logs"]
+__all__ = ["FINISHED", "Job", "JobSpec", "JobState", "submit",
+           "list_jobs", "get_job"]
 
 
 def _write_plan(cfg: RunConfig, d: Path) -> None:
-    try:
-        from labkit.planner import plan
-    except ImportError:
-        return
+    from labkit.planner import plan
+
     try:
         (d / "plan.json").write_text(json.dumps(plan(cfg).to_dict(), indent=2) + "\n")
     except Exception as e:  # the plan is a convenience; never block a submission on it
         log.warning(f"plan.json not written ({type(e).__name__}: {e})")
 
 
-def submit(cfg: RunConfig, *, backend: str | None = None,
-           profile: ClusterProfile | str | None = None, overwrite: bool = False,
-           resume: bool = False, program: str | Path | None = None) -> Job:
+def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
+           cluster: ClusterProfile | str | Path | None = None, overwrite: bool = False,
+           resume: bool = False, program: str | Path | None = None,
+           program_args: Sequence[str] | None = None) -> Job:
     """Write the run directory and start the job.
 
     Args:
-        cfg: the run; ``cfg.backend`` unless ``backend`` says otherwise.
+        cfg: a training run (RunConfig: ``config.json`` and ``plan.json`` are written, and
+            ``cfg.backend`` is the default backend), or a JobSpec for another program (then
+            ``program`` is required and the backend defaults to ``local``).
         backend: ``local`` or ``slurm``.
-        profile: a ClusterProfile, a profile name/YAML path, or None (the mini-cluster when it
-            is up, else generic defaults). Slurm only.
+        cluster: a ClusterProfile, a profile name/YAML path, or None (the mini-cluster when it
+            is up, else generic defaults). Slurm reads it; the local backend runs here.
         overwrite: move an existing run directory aside (never deleted) and start afresh.
         resume: continue a run in its directory (checkpoints kept; the log is appended to).
-        program: the training script (default ``code/pretrain_gpt.py``), run with
-            ``--config RUN_DIR/config.json``.
+        program: the program torchrun starts on every rank (default ``code/pretrain_gpt.py``).
+        program_args: its arguments. None: ``--config RUN_DIR/config.json`` for a RunConfig,
+            no arguments for a JobSpec. ``{run_dir}`` in an argument becomes the run directory.
     """
-    backend = backend or cfg.backend
+    if isinstance(cfg, RunConfig):
+        spec = JobSpec.from_config(cfg)
+        backend = backend or cfg.backend
+    elif isinstance(cfg, JobSpec):
+        spec = cfg
+        backend = backend or "local"
+        if program is None:
+            raise ConfigError(f"job {spec.name!r} is a JobSpec without a training config: give "
+                              f"program= (the script torchrun runs), or submit a RunConfig")
+        program_args = () if program_args is None else program_args
+    else:
+        raise ConfigError(f"submit() takes a RunConfig or a JobSpec, not "
+                          f"{type(cfg).__name__} ({cfg!r:.60}); e.g. RunConfig.from_json(path)")
     if backend not in ("local", "slurm"):
         raise ConfigError(f"backend={backend!r} is not one of ['local', 'slurm']")
+    if isinstance(program_args, (str, bytes)):
+        raise ConfigError(f"program_args={program_args!r} must be a list of arguments, e.g. "
+                          f"['--iters', '10'], not one string")
     mod = backend_module(backend)
     if program is not None:
         program = Path(program).resolve()  # the job runs in the run directory
-    prof = resolve_profile(profile) if backend == "slurm" else None
-    if prof is not None:
-        mod.preflight(prof)
-    root = Path(prof.run_root) if prof is not None and prof.run_root else None
-    target = _run_dir(cfg.name, root)
+    if backend == "slurm" or cluster is not None:
+        site = resolve_cluster(cluster)
+    else:
+        site = ClusterProfile()
+    root = None
+    if backend == "slurm":
+        mod.preflight(site)
+        root = Path(site.run_root) if site.run_root else None
+    target = _run_dir(spec.name, root)
     if resume and (target / JOB_FILE).exists():
         old = Job.load(target)
         if not old.state().finished:
-            raise SubmissionError(f"run {cfg.name!r} still has job {old.job_id} "
+            raise SubmissionError(f"run {spec.name!r} still has job {old.job_id} "
                                   f"({old.state()}); cancel it first (labkit cancel "
                                   f"{old.job_id}) or wait for it")
     fresh = not target.exists() or not any(target.iterdir())
     d = prepare_run_dir(cfg, root=root, overwrite=overwrite, resume=resume).resolve()
-    _write_plan(cfg, d)
+    if isinstance(cfg, RunConfig):
+        _write_plan(cfg, d)
+    if program_args is not None:
+        program_args = [str(a).replace("{run_dir}", str(d)) for a in program_args]
     try:
-        job = mod.submit(cfg, d, prof, program=program) if prof else mod.submit(
-            cfg, d, program=program)
+        job = mod.submit(spec, d, cluster=site, program=program, program_args=program_args)
     except BaseException:
         if fresh:  # nothing in it but what this call wrote
             shutil.rmtree(d, ignore_errors=True)
         raise
+    if program is not None:
+        job.info["program"] = str(program)
+    if program_args is not None:
+        job.info["program_args"] = program_args
     job.save()
-    log.info(f"Submitted {cfg.name} as {backend} job {job.job_id} -> {d} (log: {job.log_path})")
+    log.info(f"Submitted {spec.name} as {backend} job {job.job_id} -> {d} (log: {job.log_path})")
     return job
 
 
@@ -128,67 +150,3 @@ def get_job(ref: str, root: str | Path | None = None) -> Job:
     raise LabkitError(f"no labkit job {ref!r} under {Path(root) if root else run_root()}: labkit "
                       f"only acts on jobs it submitted (see `labkit status`); a job submitted "
                       f"some other way is left alone (use scancel yourself if you mean it)")
-
-
-# --- CLI ---------------------------------------------------------------------------------------
-def cli_submit(args: argparse.Namespace) -> int:
-    cfg = RunConfig.from_json(args.config)
-    job = submit(cfg, backend=args.backend, profile=args.profile, overwrite=args.overwrite,
-                 resume=args.resume)
-    state = job.wait(timeout=args.timeout, progress=True) if args.wait else job.state()
-    if args.json:
-        print(json.dumps(job.to_dict(state), indent=2))
-    else:
-        print(f"Submitted {job.name} as {job.backend} job {job.job_id} -> {job.run_dir} "
-              f"(log: {job.log_path}): {state}")
-    if args.wait and state is not JobState.COMPLETED:
-        if not args.json:
-            print(job.failure_error(state), file=sys.stderr)
-        return 1
-    return 0
-
-
-def cli_status(args: argparse.Namespace) -> int:
-    jobs = [get_job(args.job)] if args.job else list_jobs()
-    st = job_states(jobs)
-    rows = [j.to_dict(st[j.job_id]) for j in jobs]
-    if args.json:
-        print(json.dumps(rows[0] if args.job else rows, indent=2))
-        return 0
-    print(f"{'JOBID':>14} {'BACKEND':7} {'STATE':13} {'SUBMITTED':19} NAME (RUN_DIR)")
-    for j, r in zip(jobs, rows, strict=True):
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.submitted_at))
-        print(f"{r['job_id']:>14} {r['backend']:7} {r['state']:13} {when:19} "
-              f"{r['name']} ({r['run_dir']})")
-    if not jobs:
-        print(f"(no labkit jobs under {run_root()})")
-    return 0
-
-
-def cli_cancel(args: argparse.Namespace) -> int:
-    job = get_job(args.job)
-    job.cancel()
-    print(f"cancelled {job.backend} job {job.job_id} ({job.name}): {job.state()}")
-    return 0
-
-
-def cli_logs(args: argparse.Namespace) -> int:
-    job = get_job(args.job)
-    offset = 0
-    while True:
-        try:
-            with open(job.log_path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            chunk = b""
-        offset += len(chunk)
-        sys.stdout.write(chunk.decode(errors="replace"))
-        sys.stdout.flush()
-        if not args.follow or job.state().finished:
-            if args.follow:  # what was written between the last read and the end
-                with open(job.log_path, "rb") as f:
-                    f.seek(offset)
-                    sys.stdout.write(f.read().decode(errors="replace"))
-            return 0
-        time.sleep(1.0)

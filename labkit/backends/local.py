@@ -14,11 +14,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from labkit.backends.job import Job, JobState
+from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
-from labkit.render import render_local
+from labkit.render import as_spec, render_local
+from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"
 # Popen objects of jobs this process started: polling them reaps the launcher (no zombies).
@@ -26,6 +29,7 @@ _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the rendezvous port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -49,10 +53,13 @@ def _alive(pid: int, start: int | None) -> bool:
     return st is not None and st[0] != "Z" and (start is None or st[3] == start)
 
 
-def submit(cfg: RunConfig, run_dir: Path, *, program: str | Path | None = None) -> Job:
+def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile | None = None,
+           program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
+    """Start the job on this machine (``cluster`` is not read: the local backend has no site)."""
+    spec = as_spec(spec)
     (run_dir / CANCELLED_MARK).unlink(missing_ok=True)  # a resumed run starts afresh
     script = run_dir / "job.sh"
-    script.write_text(render_local(cfg, run_dir, program=program))
+    script.write_text(render_local(spec, run_dir, program=program, program_args=program_args))
     script.chmod(0o755)
     port = free_port()
     env = {**os.environ, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
@@ -64,7 +71,7 @@ def submit(cfg: RunConfig, run_dir: Path, *, program: str | Path | None = None) 
     st = _stat(p.pid)
     info = {"pid": p.pid, "pgid": p.pid, "start_ticks": st[3] if st else None, "port": port,
             "host": socket.gethostname()}
-    return Job(job_id=f"local-{p.pid}", name=cfg.name, run_dir=run_dir, backend="local",
+    return Job(job_id=f"local-{p.pid}", name=spec.name, run_dir=run_dir, backend="local",
                info=info)
 
 

@@ -19,13 +19,15 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from labkit._logging import warn_once
 from labkit.backends.job import Job, JobState
+from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import LabkitError, SubmissionError
-from labkit.render import render_sbatch, sbatch_options
+from labkit.render import as_spec, render_sbatch, sbatch_options
 from labkit.site import ClusterProfile
 
 # Slurm's job states -> ours. Transitional ones count as the state they lead to.
@@ -77,23 +79,26 @@ def _why(p: subprocess.CompletedProcess) -> str:
     return (p.stderr or p.stdout or "").strip() or "(no output)"
 
 
-def preflight(profile: ClusterProfile) -> None:
+def preflight(cluster: ClusterProfile) -> None:
     """Fail before anything is written when there is no Slurm to submit to."""
-    p = run_cmd(["sbatch", "--version"], slurm_conf=profile.slurm_conf)
+    p = run_cmd(["sbatch", "--version"], slurm_conf=cluster.slurm_conf)
     if p.returncode == 127:
         raise SubmissionError("no sbatch on PATH: use backend='local' or run `labkit cluster up` "
                               "(a real Slurm mini-cluster on this machine, as root)")
 
 
-def submit(cfg: RunConfig, run_dir: Path, profile: ClusterProfile, *,
-           program: str | Path | None = None) -> Job:
+def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
+           program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
+    """Render ``job.sh`` for ``cluster`` and ``sbatch`` it; SubmissionError with a fix if refused."""
+    spec = as_spec(spec)
     script = run_dir / "job.sh"
-    script.write_text(render_sbatch(cfg, profile, run_dir, program=program))
+    script.write_text(render_sbatch(spec, cluster, run_dir, program=program,
+                                    program_args=program_args))
     script.chmod(0o755)
     # --output and --job-name again on the command line: they win over the #SBATCH lines.
-    opts = [o for o in sbatch_options(cfg, profile, run_dir)
+    opts = [o for o in sbatch_options(spec, cluster, run_dir)
             if o.startswith(("--output=", "--job-name="))]
-    p = run_cmd(["sbatch", "--parsable", *opts, str(script)], slurm_conf=profile.slurm_conf,
+    p = run_cmd(["sbatch", "--parsable", *opts, str(script)], slurm_conf=cluster.slurm_conf,
                 cwd=run_dir)
     if p.returncode:
         err = _why(p)
@@ -101,14 +106,14 @@ def submit(cfg: RunConfig, run_dir: Path, profile: ClusterProfile, *,
                     f"check the #SBATCH lines of {script} against `sinfo`")
         if p.returncode == 127:
             hint = "use backend='local' or run `labkit cluster up`"
-        raise SubmissionError(f"sbatch refused run {cfg.name!r} (exit {p.returncode}): {err}\n"
+        raise SubmissionError(f"sbatch refused run {spec.name!r} (exit {p.returncode}): {err}\n"
                               f"Try: {hint}")
     job_id = p.stdout.strip().split(";")[0]
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise SubmissionError(f"sbatch answered {p.stdout.strip()!r}, not a job id; "
                               f"stderr: {p.stderr.strip()}")
-    return Job(job_id=job_id, name=cfg.name, run_dir=run_dir, backend="slurm",
-               info={"slurm_conf": profile.slurm_conf, "profile": profile.name})
+    return Job(job_id=job_id, name=spec.name, run_dir=run_dir, backend="slurm",
+               info={"slurm_conf": cluster.slurm_conf, "cluster": cluster.name})
 
 
 # --- state -------------------------------------------------------------------------------------

@@ -33,11 +33,12 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 echo "[job] $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous at $MASTER_ADDR:$MASTER_PORT"
 
 # ---- Command: one torchrun agent per node, 8 processes each ---------------------------------
-# Single quotes: $SLURM_NODEID must expand on each node, not here on the head node.
+# Single quotes: $SLURM_NODEID must expand on each node, not here on the head node. The
+# program's arguments follow the quoted command and reach it as "$@".
 srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec apptainer exec --nv $CONTAINER_BINDS "$CONTAINER_IMAGE" "$TORCHRUN" \
     --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 8 \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-    "$PROGRAM" --config "$RUN_DIR/config.json"'
+    "$PROGRAM" "$@"' program --config "$RUN_DIR/config.json"
 rc=$?
 echo "$rc" > "$RUN_DIR/exit_code"   # the final state never depends on Slurm accounting
 exit "$rc"

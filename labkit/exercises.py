@@ -21,7 +21,14 @@ from labkit.errors import LabkitError
 
 
 class _Fixme:
-    """The placeholder students replace. Using it in arithmetic says so, instead of a TypeError."""
+    """The placeholder students replace.
+
+    A student notebook must run to its end with every FIXME left in place, each check printing
+    its "replace FIXME" hint. So arithmetic on FIXME gives FIXME (like NaN: ``FIXME * 2`` and
+    ``t1 / FIXME`` are FIXME) and formatting it prints ``FIXME``. Only what must give a real
+    Python value (``bool``, ``int``, ``float``, an index, an order comparison) raises
+    ExerciseError, naming the FIXME.
+    """
 
     _instance: _Fixme | None = None
 
@@ -33,17 +40,23 @@ class _Fixme:
     def __repr__(self) -> str:
         return "FIXME"
 
-    def __bool__(self) -> bool:
-        raise ExerciseError("a value is still FIXME: replace FIXME with your answer and re-run "
-                            "the cell")
+    def __format__(self, spec: str) -> str:
+        return "FIXME"
+
+    def _same(self, *_: Any) -> _Fixme:
+        return self
 
     def _refuse(self, *_: Any) -> Any:
         raise ExerciseError("a value is still FIXME: replace FIXME with your answer and re-run "
                             "the cell")
 
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
-    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __int__ = _refuse
-    __float__ = __index__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _same
+    __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = __round__ = _same
+    __bool__ = __int__ = __float__ = __index__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __hash__ = object.__hash__
+    __array_ufunc__ = None  # numpy defers to the operators above: np.float64(2) * FIXME is FIXME
 
 
 FIXME = _Fixme()
@@ -56,11 +69,17 @@ class ExerciseError(LabkitError, ValueError):
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one exercise check; truthy when the answer is right."""
+    """The outcome of one exercise check; truthy when the answer is right.
+
+    ``value`` is what the notebook goes on with: the student's answer once it passes, else a
+    correct one worked out by the check, so that a notebook with its FIXMEs left in place still
+    runs to the end (the check's message never shows it).
+    """
 
     name: str
     passed: bool
     message: str
+    value: Any = None
 
     def __bool__(self) -> bool:
         return self.passed
@@ -77,8 +96,10 @@ class CheckResult:
 RESULTS: list[CheckResult] = []
 
 
-def _finish(name: str, problems: list[str], ok_message: str) -> CheckResult:
-    res = CheckResult(name, not problems, ok_message if not problems else " ".join(problems))
+def _finish(name: str, problems: list[str], ok_message: str, answer: Any = None,
+            reference: Any = None) -> CheckResult:
+    res = CheckResult(name, not problems, ok_message if not problems else " ".join(problems),
+                      answer if not problems else reference)
     RESULTS.append(res)
     try:  # regress is optional here: a check must work in a bare notebook too
         from labkit.record import record
@@ -91,12 +112,23 @@ def _finish(name: str, problems: list[str], ok_message: str) -> CheckResult:
     return res
 
 
-def _unfilled(name: str, **answers: Any) -> CheckResult | None:
-    left = [k for k, v in answers.items() if v is FIXME]
+def _holds_fixme(v: Any) -> bool:
+    if v is FIXME:
+        return True
+    if isinstance(v, dict):
+        return any(_holds_fixme(x) for x in (*v.keys(), *v.values()))
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return any(_holds_fixme(x) for x in v)
+    return False
+
+
+def _unfilled(name: str, reference: Any = None, **answers: Any) -> CheckResult | None:
+    """The hint for answers still FIXME (also inside a list, tuple or dict), else None."""
+    left = [k for k, v in answers.items() if _holds_fixme(v)]
     if not left:
         return None
     return _finish(name, [f"{', '.join(left)} still FIXME: replace FIXME with your answer "
-                          f"and re-run the cell."], "")
+                          f"and re-run the cell."], "", reference=reference)
 
 
 def _is_int(v: Any) -> bool:
@@ -105,13 +137,14 @@ def _is_int(v: Any) -> bool:
 
 def check_world_size(answer: Any, *, nodes: int, gpus_per_node: int) -> CheckResult:
     """World size = nodes x processes (GPUs) per node."""
-    if (r := _unfilled("world_size", world_size=answer)) is not None:
-        return r
     want = nodes * gpus_per_node
+    if (r := _unfilled("world_size", want, world_size=answer)) is not None:
+        return r
     problems = [] if answer == want else [
         f"world_size = {answer!r}, but {nodes} node(s) x {gpus_per_node} GPU(s) per node = "
         f"{want} ranks: one rank per GPU (per process on CPU)."]
-    return _finish("world_size", problems, f"{nodes} x {gpus_per_node} = {want} ranks.")
+    return _finish("world_size", problems, f"{nodes} x {gpus_per_node} = {want} ranks.", answer,
+                   want)
 
 
 def check_layout(tp: Any, pp: Any, dp: Any, world_size: int) -> CheckResult:
@@ -131,16 +164,16 @@ def check_layout(tp: Any, pp: Any, dp: Any, world_size: int) -> CheckResult:
         problems.append(f"TP x PP x DP = {tp} x {pp} x {dp} = {tp * pp * dp}, but the job has "
                         f"{world_size} ranks.{hint}")
     return _finish("layout", problems,
-                   f"TP x PP x DP = {tp} x {pp} x {dp} = {world_size} ranks.")
+                   f"TP x PP x DP = {tp} x {pp} x {dp} = {world_size} ranks.", (tp, pp, dp))
 
 
 def check_num_microbatches(answer: Any, *, global_batch_size: int, micro_batch_size: int,
                            dp: int) -> CheckResult:
     """Gradient accumulation steps = global / (micro x DP)."""
-    if (r := _unfilled("num_microbatches", num_microbatches=answer)) is not None:
-        return r
     per_step = micro_batch_size * dp
     want = global_batch_size // per_step
+    if (r := _unfilled("num_microbatches", want, num_microbatches=answer)) is not None:
+        return r
     problems = []
     if global_batch_size % per_step:
         problems.append(f"global batch {global_batch_size} is not divisible by micro "
@@ -152,15 +185,15 @@ def check_num_microbatches(answer: Any, *, global_batch_size: int, micro_batch_s
                         f"{per_step} = {want}.")
     return _finish("num_microbatches", problems,
                    f"{global_batch_size} / ({micro_batch_size} x {dp}) = {want} microbatches "
-                   f"(gradient accumulation steps) per iteration.")
+                   f"(gradient accumulation steps) per iteration.", answer, want)
 
 
 def check_bubble(answer: Any, *, pp: int, num_microbatches: int, vpp: int = 1,
                  rel_tol: float = 0.02) -> CheckResult:
     """Pipeline bubble relative to ideal compute: (p - 1) / (v x m)."""
-    if (r := _unfilled("bubble", bubble=answer)) is not None:
-        return r
     want = (pp - 1) / (vpp * num_microbatches)
+    if (r := _unfilled("bubble", want, bubble=answer)) is not None:
+        return r
     v = f" x v {vpp}" if vpp > 1 else ""
     ok = isinstance(answer, (int, float)) and math.isclose(answer, want, rel_tol=rel_tol,
                                                           abs_tol=1e-9)
@@ -168,7 +201,7 @@ def check_bubble(answer: Any, *, pp: int, num_microbatches: int, vpp: int = 1,
         f"bubble = {answer!r}, but (PP - 1) / ({'v x ' if vpp > 1 else ''}m) = ({pp} - 1) / "
         f"(m {num_microbatches}{v}) = {want:.3f}. More microbatches shrink it."]
     return _finish("bubble", problems, f"({pp} - 1) / ({vpp * num_microbatches}) = {want:.3f} "
-                   f"of the ideal compute time is spent idle in the pipeline bubble.")
+                   f"of the ideal compute time is spent idle in the pipeline bubble.", answer, want)
 
 
 def check_scaling_efficiency(answer: Any, *, time_1: float, time_n: float, n: int = 2,
@@ -178,16 +211,29 @@ def check_scaling_efficiency(answer: Any, *, time_1: float, time_n: float, n: in
     Weak scaling (same work per rank, n times the global batch): t1 / tn.
     Strong scaling (same global batch): t1 / (n x tn).
     """
-    if (r := _unfilled("scaling_efficiency", efficiency=answer)) is not None:
-        return r
     want = time_1 / time_n if weak else time_1 / (n * time_n)
+    if (r := _unfilled("scaling_efficiency", want, efficiency=answer)) is not None:
+        return r
     formula = (f"t1 / t{n} = {time_1:.1f} / {time_n:.1f}" if weak
                else f"t1 / ({n} x t{n}) = {time_1:.1f} / ({n} x {time_n:.1f})")
     ok = isinstance(answer, (int, float)) and abs(answer - want) <= abs_tol
     problems = [] if ok else [f"efficiency = {answer!r}, but {formula} = {want:.3f} "
                               f"({'weak' if weak else 'strong'} scaling)."]
     return _finish("scaling_efficiency", problems, f"{formula} = {want:.3f} "
-                   f"({want:.0%} of ideal {'weak' if weak else 'strong'} scaling).")
+                   f"({want:.0%} of ideal {'weak' if weak else 'strong'} scaling).", answer, want)
+
+
+def _reference_hybrid(nodes: int, gpus_per_node: int, num_layers: int, num_attention_heads: int,
+                      want_tp: int | None, want_pp: int | None) -> tuple[int, int, int, int] | None:
+    """A layout that passes ``check_hybrid``: (tp, pp, micro 1, global batch of 2 x PP
+    microbatches), or None when the rules admit none."""
+    ws = nodes * gpus_per_node
+    for tp in [want_tp] if want_tp else range(1, gpus_per_node + 1):
+        for pp in [want_pp] if want_pp else range(1, num_layers + 1):
+            if (tp <= gpus_per_node and ws % (tp * pp) == 0 and num_layers % pp == 0
+                    and num_attention_heads % tp == 0):
+                return tp, pp, 1, ws // (tp * pp) * (2 * pp if pp > 1 else 1)
+    return None
 
 
 def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any, *,
@@ -198,7 +244,9 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
     Every rule is checked at once and every number is named; ``want_tp``/``want_pp`` pin the
     layout the exercise asks for (e.g. TP=2 x PP=2 on 2 nodes).
     """
-    if (r := _unfilled("hybrid", tp=tp, pp=pp, micro_batch_size=micro_batch_size,
+    ref = _reference_hybrid(nodes, gpus_per_node, num_layers, num_attention_heads, want_tp,
+                            want_pp)
+    if (r := _unfilled("hybrid", ref, tp=tp, pp=pp, micro_batch_size=micro_batch_size,
                        global_batch_size=global_batch_size)) is not None:
         return r
     ws = nodes * gpus_per_node
@@ -206,7 +254,8 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
                 global_batch_size=global_batch_size)
     bad = [f"{k}={v!r}" for k, v in vals.items() if not _is_int(v) or v < 1]
     if bad:
-        return _finish("hybrid", [f"{', '.join(bad)}: each must be a whole number >= 1."], "")
+        return _finish("hybrid", [f"{', '.join(bad)}: each must be a whole number >= 1."], "",
+                       reference=ref)
     p: list[str] = []
     if want_tp is not None and tp != want_tp:
         p.append(f"the exercise asks for TP={want_tp}, you have TP={tp}.")
@@ -215,7 +264,7 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
     if ws % (tp * pp):
         p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide the {ws} ranks "
                  f"({nodes} nodes x {gpus_per_node}).")
-        return _finish("hybrid", p, "")
+        return _finish("hybrid", p, "", reference=ref)
     dp = ws // (tp * pp)
     if tp > gpus_per_node:
         p.append(f"TP={tp} > {gpus_per_node} GPUs per node: a TP group would cross nodes; keep "
@@ -234,36 +283,37 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
                  f"global batch >= {micro_batch_size * dp * pp}.")
     m = global_batch_size // (micro_batch_size * dp) if not p else 0
     return _finish("hybrid", p, f"TP={tp} x PP={pp} x DP={dp} = {ws} ranks; {m} microbatches "
-                   f"of {micro_batch_size}; bubble (PP-1)/m = {(pp - 1) / max(m, 1):.2f}.")
+                   f"of {micro_batch_size}; bubble (PP-1)/m = {(pp - 1) / max(m, 1):.2f}.",
+                   (tp, pp, micro_batch_size, global_batch_size), ref)
 
 
 def check_max_micro_batch(answer: Any, *, peak_gb_by_micro_batch: dict[int, float],
                           limit_gb: float) -> CheckResult:
     """The largest micro batch whose predicted peak memory fits under ``limit_gb``."""
-    if (r := _unfilled("max_micro_batch", micro_batch_size=answer)) is not None:
-        return r
     fits = sorted(m for m, gb in peak_gb_by_micro_batch.items() if gb <= limit_gb)
     want = fits[-1] if fits else None
+    if (r := _unfilled("max_micro_batch", want, micro_batch_size=answer)) is not None:
+        return r
     table = ", ".join(f"{m}: {gb:.2f} GB" for m, gb in sorted(peak_gb_by_micro_batch.items()))
     problems = [] if answer == want else [
         f"micro batch {answer!r}: predicted peaks ({table}) against a limit of {limit_gb:.2f} GB "
         f"give {want} as the largest that fits."]
     return _finish("max_micro_batch", problems,
                    f"micro batch {want} peaks at {peak_gb_by_micro_batch.get(want, 0):.2f} GB "
-                   f"<= {limit_gb:.2f} GB; the next size up does not fit.")
+                   f"<= {limit_gb:.2f} GB; the next size up does not fit.", answer, want)
 
 
 def check_value(name: str, answer: Any, expected: Any, *, hint: str,
                 rel_tol: float = 0.05) -> CheckResult:
     """A generic check: a number within ``rel_tol`` (or an exact match for anything else)."""
-    if (r := _unfilled(name, **{name: answer})) is not None:
+    if (r := _unfilled(name, expected, **{name: answer})) is not None:
         return r
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         ok = isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=rel_tol)
     else:
         ok = answer == expected
     problems = [] if ok else [f"{name} = {answer!r}, expected {expected!r}: {hint}"]
-    return _finish(name, problems, f"{name} = {expected!r}.")
+    return _finish(name, problems, f"{name} = {expected!r}.", answer, expected)
 
 
 def summary() -> dict[str, int]:

@@ -31,9 +31,40 @@ def test_layout_right_answer_confirms():
 def test_fixme_left_in_place_is_named():
     r = ex.check_layout(FIXME, 1, 2, world_size=4)
     assert not r and "tp still FIXME" in r.message
-    with pytest.raises(ExerciseError, match="still FIXME"):
-        FIXME * 2
     assert repr(FIXME) == "FIXME"
+
+
+def test_fixme_in_arithmetic_stays_fixme_and_the_check_names_it():
+    import numpy as np
+
+    t1, t2 = 80.0, 100.0
+    assert FIXME * 2 is FIXME and t1 / FIXME is FIXME and (FIXME - 1) / t2 is FIXME
+    assert np.float64(3.0) * FIXME is FIXME and round(FIXME, 2) is FIXME
+    assert f"{FIXME:.3f} ms" == "FIXME ms"
+    r = ex.check_scaling_efficiency(t1 / FIXME, time_1=t1, time_n=t2)
+    assert not r and "efficiency still FIXME: replace FIXME" in r.message
+    for use in (bool, int, float, lambda v: v < 1, lambda v: range(v)):
+        with pytest.raises(ExerciseError, match="still FIXME"):
+            use(FIXME)
+
+
+def test_fixme_inside_a_list_is_named_not_graded():
+    r = ex.check_value("crossing_axis", [FIXME], ["pp"], hint="which groups span two nodes?")
+    assert not r and "crossing_axis still FIXME" in r.message and "pp" not in r.message
+
+
+def test_value_is_the_answer_once_right_else_a_correct_one():
+    assert ex.check_world_size(4, nodes=2, gpus_per_node=2).value == 4
+    assert ex.check_world_size(FIXME, nodes=2, gpus_per_node=3).value == 6
+    assert ex.check_world_size(5, nodes=2, gpus_per_node=2).value == 4
+    kw = dict(nodes=2, gpus_per_node=2, num_layers=4, num_attention_heads=4, want_tp=2, want_pp=2)
+    assert ex.check_hybrid(2, 2, 2, 8, **kw).value == (2, 2, 2, 8)
+    for args in ((FIXME,) * 4, (2, 2, 4, 4), (1, 2, 2, 8)):
+        tp, pp, mbs, gbs = ex.check_hybrid(*args, **kw).value
+        assert ex.check_hybrid(tp, pp, mbs, gbs, **kw), (args, (tp, pp, mbs, gbs))
+    free = ex.check_hybrid(FIXME, 1, 1, 1, nodes=2, gpus_per_node=2, num_layers=3,
+                           num_attention_heads=2).value
+    assert ex.check_hybrid(*free, nodes=2, gpus_per_node=2, num_layers=3, num_attention_heads=2)
 
 
 def test_strict_mode_raises_on_a_wrong_answer(monkeypatch):

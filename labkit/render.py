@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit.backends.spec import JobSpec
+from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.paths import CODE_DIR, default_torchrun
@@ -43,11 +43,6 @@ def _template(name: str) -> str:
 
 def _q(value: str | Path) -> str:
     return shlex.quote(str(value))
-
-
-def as_spec(job: JobSpec | RunConfig) -> JobSpec:
-    """A JobSpec as it is, a RunConfig as its JobSpec."""
-    return job if isinstance(job, JobSpec) else JobSpec.from_config(job)
 
 
 def _header(spec: JobSpec, what: str) -> tuple[str, str]:

@@ -191,11 +191,11 @@ def test_cli_render(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LABKIT_RUN_ROOT", str(tmp_path / "runs"))
     p = tmp_path / "c.json"
     CFG_CPU.to_json(p)
-    assert cli(["render", str(p), "--backend", "slurm", "--profile", "generic-gres"]) == 0
+    assert cli(["render", str(p), "--backend", "slurm", "--cluster", "generic-gres"]) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --account=workshop" in out and "/shared/labkit/runs/tp2pp2" in out
     assert cli(["render", str(p)]) == 0
     assert "--nnodes \"$NNODES\"" in capsys.readouterr().out
     assert cli(["render", str(p), "--hostfile"]) == 0
     assert capsys.readouterr().out == "node1 slots=2\nnode2 slots=2\n"
-    assert cli(["render", str(p), "--backend", "slurm", "--profile", "nope"]) == 2
+    assert cli(["render", str(p), "--backend", "slurm", "--cluster", "nope"]) == 2

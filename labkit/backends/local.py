@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labkit.backends.job import Job, JobState
-from labkit.backends.spec import JobSpec
+from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
-from labkit.render import as_spec, render_local
+from labkit.render import render_local
 from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from labkit._logging import warn_once
 from labkit.backends.job import Job, JobState
-from labkit.backends.spec import JobSpec
+from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
 from labkit.errors import LabkitError, SubmissionError
-from labkit.render import as_spec, render_sbatch, sbatch_options
+from labkit.render import render_sbatch, sbatch_options
 from labkit.site import ClusterProfile
 
 # Slurm's job states -> ours. Transitional ones count as the state they lead to.

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from labkit.rules import DEVICES, NAME_RE
 from labkit.errors import ConfigError
+from labkit.rules import DEVICES, NAME_RE
 
 if TYPE_CHECKING:
     from labkit.backends.job import Job, JobState
@@ -76,6 +76,11 @@ class JobSpec:
         return cls(name=cfg.name, nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                    device=cfg.device, nccl_debug=bool(cfg.nccl_debug),
                    layout=f"TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}")
+
+
+def as_spec(run: JobSpec | RunConfig) -> JobSpec:
+    """A JobSpec as it is, a RunConfig as its JobSpec."""
+    return run if isinstance(run, JobSpec) else JobSpec.from_config(run)
 
 
 class Backend(Protocol):

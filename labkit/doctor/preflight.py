@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -15,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from labkit._logging import log
-from labkit.doctor.checks import CHECKS, FAIL, PASS, WARN, CheckFn, Result
-from labkit.paths import run_root
+from labkit.doctor.checks import CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
+from labkit.paths import CODE_DIR, run_root
 from labkit.site import ClusterProfile, load_profile
 
-__all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json",
-           "cli_doctor", "CHECKS"]
+__all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json", "CHECKS"]
 
 
 @dataclass
@@ -109,7 +107,7 @@ def run_probes(ctx: Context) -> ProbeRun:
         return ProbeRun(ctx.mode, 0, out, error=f"cannot create {out}: {e.strerror}",
                         fix="point the run root at a writable shared folder (LABKIT_RUN_ROOT "
                             "or the profile's run_root)")
-    probe = [sys.executable, "-m", "labkit.doctor.probe", "--out", str(out),
+    probe = [sys.executable, str(CODE_DIR / "doctor_probe.py"), "--out", str(out),
              "--timeout", str(ctx.timeout_s)]
     port = os.environ.get("MASTER_PORT")
     if port and port.isdigit():
@@ -238,25 +236,10 @@ def render_table(results: list[Result], width: int = 100) -> str:
         body = textwrap.wrap(r.detail, max(30, width - len(pad))) or [""]
         lines.append(f"{r.status:6}  {r.name:{name_w}}  {body[0]}")
         lines += [pad + b for b in body[1:]]
-        if r.status != PASS and r.fix:
+        if r.status not in (PASS, SKIP) and r.fix:
             fix = textwrap.wrap("fix: " + r.fix, max(30, width - len(pad)))
             lines += [pad + b for b in fix]
-    counts = {s: sum(r.status == s for r in results) for s in (PASS, WARN, FAIL)}
+    counts = {s: sum(r.status == s for r in results) for s in (PASS, WARN, FAIL, SKIP)}
     lines.append(f"{len(results)} checks: {counts[PASS]} PASS, {counts[WARN]} WARN, "
-                 f"{counts[FAIL]} FAIL")
+                 f"{counts[FAIL]} FAIL" + (f", {counts[SKIP]} SKIP" if counts[SKIP] else ""))
     return "\n".join(lines)
-
-
-def cli_doctor(args: argparse.Namespace) -> int:
-    """``labkit doctor [--profile FILE] [--backend local|slurm] [--hostfile FILE] [--nodes N]
-    [--timeout S] [--json]``;
-    exit 1 when any check FAILs."""
-    results = run_doctor(getattr(args, "profile", None), hostfile=getattr(args, "hostfile", None),
-                         nodes=getattr(args, "nodes", None),
-                         timeout_s=getattr(args, "timeout", None) or 30.0,
-                         backend=getattr(args, "backend", None))
-    if args.json:
-        print(json.dumps(doctor_json(results), indent=2))
-    else:
-        print(render_table(results, width=shutil.get_terminal_size((110, 20)).columns))
-    return 1 if any(r.status == FAIL for r in results) else 0

@@ -10,7 +10,9 @@ phase, so a probe killed half-way still says how far it got:
    TCP port rank 0 listens on, and estimate the clock offset from rank 0 (NTP-style).
 4. ``allreduce``: a tiny gloo all-reduce over all probes (the "does it hang" test).
 
-    python -m labkit.doctor.probe --out DIR --rank R --world W [--master-addr A] [--port P]
+    python code/doctor_probe.py --out DIR --rank R --world W [--master-addr A] [--port P]
+
+It imports only the standard library and torch: the nodes need no labkit.
 """
 
 from __future__ import annotations

@@ -172,3 +172,26 @@ def test_gpu_profile_on_cpu_only_cluster_fails_gpus(slurm_cluster, clean_env):
     assert by["slurm"].status == WARN and "no partition offers GRES" in by["slurm"].detail
     gpus = by["CUDA and GPUs"]
     assert gpus.status == FAIL and "gres" in gpus.detail.lower() and "gpu_request" in gpus.fix
+
+
+def test_a_check_that_does_not_apply_is_skip_not_pass():
+    from labkit.doctor.checks import SKIP, check_hostfile
+
+    r = check_hostfile(doctor.Context(hostfile=None))
+    assert r.status == SKIP and r.detail.startswith("skipped")
+    text = doctor.render_table([r, Result("python and packages", PASS, "ok")])
+    assert text.splitlines()[2].startswith("SKIP ")
+    assert text.splitlines()[-1] == "2 checks: 1 PASS, 0 WARN, 0 FAIL, 1 SKIP"
+
+
+def test_probe_is_a_node_program_that_does_not_import_labkit():
+    """The probe runs on nodes that may have torch but no labkit: standard library and torch."""
+    import ast
+
+    probe = REPO / "code" / "doctor_probe.py"
+    tree = ast.parse(probe.read_text())
+    mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in mods if m.split(".")[0] == "labkit"}, mods
+    r = subprocess.run([sys.executable, str(probe), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--rank" in r.stdout

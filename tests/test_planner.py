@@ -229,16 +229,20 @@ def test_cli_plan_config_json(tmp_path, capsys):
 def test_cli_plan_world_size_table_and_json(capsys):
     rc, out, err = _run_cli(capsys, "plan", "--world-size", "4", "--preset", "tiny",
                             "--gpu-memory-gb", "8")
-    assert rc == 0 and out.splitlines()[0].split()[:2] == ["TP", "PP"]
-    assert "valid layouts" in err
+    # the first line says what was assumed: a GPU memory size means GPUs, in the gpu profile's
+    # precision and batch
+    first, header = out.splitlines()[:2]
+    assert rc == 0 and header.split()[:2] == ["TP", "PP"] and "microbatches" in header.split()
+    assert first.startswith("tiny on 1 node(s) x 4 GPU(s) = 4 ranks; device cuda, precision bf16")
+    assert "valid layouts" in first
     rc, out, _ = _run_cli(capsys, "plan", "--world-size", "4", "--preset", "tiny", "--json")
     rows = json.loads(out)
     assert rows and all(r["valid"] for r in rows)
     assert {(r["tp"], r["pp"]) for r in rows} >= {(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 4)}
-    rc, out, _ = _run_cli(capsys, "plan", "--world-size", "8", "--preset", "gpt2-124m",
-                          "--device", "cuda", "--precision", "bf16", "--gpu-memory-gb", "80",
-                          "--global-batch-size", "64", "--json")
+    rc, out, err = _run_cli(capsys, "plan", "--world-size", "8", "--preset", "gpt2-124m",
+                            "--gpu-memory-gb", "80", "--json")
     rows = json.loads(out)
+    assert "8 GPU(s)" in err and "precision bf16" in err
     pure_dp = next(r for r in rows if (r["tp"], r["pp"]) == (1, 1))
     # bf16 with Adam: 18 bytes per parameter of GPT-2 124M (+ position embeddings) ~ 2.2 GB.
     states = sum(pure_dp["plan"]["memory_gb"]["first_stage"][k]
@@ -250,12 +254,28 @@ def test_cli_plan_errors_exit_2_with_the_numbers(tmp_path, capsys):
     rc, _, err = _run_cli(capsys, "plan")
     assert rc == 2 and "--world-size" in err
     rc, _, err = _run_cli(capsys, "plan", "--world-size", "6", "--nodes", "4")
-    assert rc == 2 and "--world-size 6 != --nodes 4" in err
+    assert rc == 2 and "world size 6 is not nodes 4" in err
+    rc, _, err = _run_cli(capsys, "plan", "--world-size", "0")
+    assert rc == 2 and "--world-size" in err and "at least 1" in err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"nodes": 1, "gpus_per_node": 3, "tensor_model_parallel_size": 2}))
     rc, _, err = _run_cli(capsys, "plan", str(bad), "--json")
     assert rc == 2 and "does not divide world size 3" in err
 
+
+
+def test_cli_plan_of_a_350m_model_on_16_gpus_plans_gpus_and_keeps_pure_data_parallel(capsys):
+    rc, out, _ = _run_cli(capsys, "plan", "--world-size", "16", "--preset", "gpt2-350m",
+                          "--gpu-memory-gb", "80")
+    lines = out.splitlines()
+    assert rc == 0
+    assert lines[0].startswith("gpt2-350m on 2 node(s) x 8 GPU(s) = 16 ranks; device cuda, "
+                               "precision bf16, global batch 64, micro batch 4, 80 GB per GPU")
+    pure_dp = [ln.split() for ln in lines[3:] if ln.split()[:4] == ["1", "1", "16", "1"]]
+    assert len(pure_dp) == 1 and pure_dp[0][8] == "yes", pure_dp  # valid, and it fits
+    rc, out, _ = _run_cli(capsys, "plan", "--world-size", "16", "--preset", "gpt2-350m",
+                          "--profile", "cpu")
+    assert rc == 0 and "device cpu, precision fp32" in out.splitlines()[0]
 
 def test_planner_does_not_import_torch():
     import subprocess

@@ -1,6 +1,6 @@
 """The checks of ``labkit doctor``: small functions ``(ctx) -> Result``, listed in ``CHECKS``.
 
-Local checks look at this machine. Node checks read what ``labkit.doctor.probe`` found on each
+Local checks look at this machine. Node checks read what ``code/doctor_probe.py`` found on each
 node (one probe job per doctor run, started by ``Context.probes``): via srun on Slurm, or as
 two local processes on a plain machine.
 """
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from labkit.doctor.preflight import Context
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+SKIP = "SKIP"  # the check does not apply here (no Slurm, no hostfile): neither passed nor failed
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 30.0
 NOFILE_WANT = 4096
 
@@ -149,7 +150,7 @@ def check_slurm(ctx: Context) -> Result:
 def check_accounting(ctx: Context) -> Result:
     name = "slurm accounting"
     if not ctx.mode == "slurm":
-        return Result(name, PASS, "skipped: no Slurm cluster (local backend)")
+        return Result(name, SKIP, "skipped: no Slurm cluster (local backend)")
     if not shutil.which("sacct"):
         return Result(name, WARN, "no sacct on PATH; labkit does not need it (job states come "
                       "from squeue, scontrol and runs/<name>/exit_code)", "")
@@ -182,7 +183,7 @@ def check_ulimit(ctx: Context) -> Result:
 def check_hostfile(ctx: Context) -> Result:
     name = "ssh / pdsh to hostfile hosts"
     if ctx.hostfile is None:
-        return Result(name, PASS, "skipped: no hostfile (only the DeepSpeed-style pdsh "
+        return Result(name, SKIP, "skipped: no hostfile (only the DeepSpeed-style pdsh "
                       "launcher needs passwordless ssh)")
     try:
         hosts = [ln.split()[0] for ln in ctx.hostfile.read_text().splitlines()

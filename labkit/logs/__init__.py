@@ -11,17 +11,13 @@ DeepSpeed, NCCL, torchrun, Slurm).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
 from labkit.logs.diagnosis import detect_hang, diagnose, last_progress
 from labkit.logs.failures import KINDS, Failure
 from labkit.logs.lines import Line, clean_line, iter_lines
 from labkit.logs.parse import ParsedLog, parse_log
 from labkit.logs.runs import load_runs, parse_run
 
-__all__ = ["KINDS", "Failure", "Line", "ParsedLog", "clean_line", "cli_parse", "detect_hang", "diagnose",
+__all__ = ["KINDS", "Failure", "Line", "ParsedLog", "clean_line", "detect_hang", "diagnose",
            "iter_lines", "last_progress", "load_runs", "parse_log", "parse_run", "summary"]
 
 
@@ -45,22 +41,3 @@ def summary(p: ParsedLog) -> str:
     if not p.failure_records:
         out.append("failures: none found")
     return "\n".join(out)
-
-
-def cli_parse(args: argparse.Namespace) -> int:
-    """``labkit parse LOG... [--json]``: several LOGs are read as parts of one run."""
-    from pathlib import Path
-
-    from labkit.errors import LabkitError
-
-    missing = [p for p in args.logs if not Path(p).is_file()]
-    if missing:
-        raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training log "
-                          f"(e.g. runs/<name>/log.txt).")
-    parsed = parse_log(args.logs if len(args.logs) > 1 else args.logs[0])
-    if args.json:
-        json.dump(parsed.to_dict(), sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        print(summary(parsed))
-    return 0

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +34,7 @@ from labkit.rules import divisors
 
 __all__ = [
     "HARDWARE", "ORDER", "Hardware", "LayoutPlan", "Plan", "RankGrid", "StageMemory",
-    "activation_bytes_per_layer", "bubble_fraction", "cli_plan", "comm_volume",
+    "activation_bytes_per_layer", "base_config", "bubble_fraction", "comm_volume",
     "estimate_iteration_time", "flops_per_iteration", "format_layouts",
     "hardware_flops_per_iteration", "layer_params", "param_counts", "plan", "plan_layouts",
     "rank_grid", "stage_memory", "stage_params", "total_params",
@@ -215,66 +213,84 @@ def _rank_key(lp: LayoutPlan) -> tuple:
 
 def format_layouts(layouts: list[LayoutPlan], *, show_invalid: bool = True) -> str:
     """A text table, one row per layout, in the order given (fitting ones first)."""
-    head = (f"{'TP':>4} {'PP':>4} {'DP':>5} {'VPP':>4} {'mb':>5} {'first GB':>9} "
+    head = (f"{'TP':>4} {'PP':>4} {'DP':>5} {'VPP':>4} {'microbatches':>12} {'first GB':>9} "
             f"{'last GB':>9} {'need GB':>9} {'fits':>5} {'bubble':>7} {'est s/it':>9}  note")
     rows = [head, "-" * len(head)]
     for lp in layouts:
         if lp.plan is None:
             if show_invalid:
-                rows.append(f"{lp.tp:>4} {lp.pp:>4} {lp.dp:>5} {lp.vpp:>4} {'-':>5} {'-':>9} "
+                rows.append(f"{lp.tp:>4} {lp.pp:>4} {lp.dp:>5} {lp.vpp:>4} {'-':>12} {'-':>9} "
                             f"{'-':>9} {'-':>9} {'-':>5} {'-':>7} {'-':>9}  invalid: "
                             + "; ".join(lp.reasons))
             continue
         p = lp.plan
         note = "TP crosses nodes" if lp.tp_crosses_nodes else ""
         rows.append(f"{lp.tp:>4} {lp.pp:>4} {lp.dp:>5} {lp.vpp:>4} "
-                    f"{p.config.num_microbatches:>5} {p.first_stage.total:>9.3f} "
+                    f"{p.config.num_microbatches:>12} {p.first_stage.total:>9.3f} "
                     f"{p.last_stage.total:>9.3f} {p.required_gb:>9.3f} "
                     f"{'yes' if p.fits else 'NO':>5} {p.bubble_fraction:>7.1%} "
                     f"{lp.est_iteration_s or 0.0:>9.3g}  {note}".rstrip())
     return "\n".join(rows)
 
 
-# --- CLI -------------------------------------------------------------------------------------
-def cli_plan(args: argparse.Namespace) -> int:
-    """``labkit plan CONFIG.json [--json]`` or ``labkit plan --world-size N [--preset P] ...``."""
-    if args.config:
-        cfg = RunConfig.from_json(args.config)
-        overrides = {}
-        if args.gpu_memory_gb is not None:
-            overrides["gpu_memory_gb"] = args.gpu_memory_gb
-        if overrides:
-            cfg = cfg.replace(**overrides)
-        p = plan(cfg)
-        if args.json:
-            print(json.dumps(p.to_dict(), indent=2))
-        else:
-            print(p.summary())
-        return 0
-    if args.world_size is None and args.nodes is None:
-        raise ConfigError("labkit plan needs CONFIG.json, or --world-size N (or --nodes N "
-                          "--gpus-per-node G) to list layouts")
-    gpn = args.gpus_per_node
-    if args.world_size is not None:
-        nodes = args.nodes or 1
-        gpn = gpn or args.world_size // nodes
-        if nodes * gpn != args.world_size:
-            raise ConfigError(f"--world-size {args.world_size} != --nodes {nodes} x "
-                              f"--gpus-per-node {gpn}; give matching values or only one")
+# --- the starting point of a sweep ------------------------------------------------------------
+def base_config(model: str | RunConfig = "tiny", *, world_size: int | None = None,
+               nodes: int | None = None, gpus_per_node: int | None = None,
+               gpu_memory_gb: float | None = None, profile: str | None = None) -> RunConfig:
+    """The RunConfig (TP = PP = 1) a layout sweep or a new run starts from, gaps filled in.
+
+    Args:
+        model: a RunConfig (its model, device, precision and batch are kept) or a preset name.
+            A preset takes device, precision and batch from a notebook profile (``PROFILES``):
+            ``profile`` if given, else ``gpu`` when ``gpu_memory_gb`` is given (a GPU memory size
+            means a GPU) or the preset is not the cpu profile's, else ``cpu``.
+        world_size, nodes, gpus_per_node: the cluster shape; any one or two of them, or all
+            three when they agree. A world size alone is split into nodes of the profile's
+            GPUs per node where it divides (16 on the gpu profile: 2 x 8).
+        gpu_memory_gb: memory per GPU; default the RunConfig's or the profile's.
+
+    The global batch of a preset is the profile's, raised to a multiple of micro batch x world
+    size so that every data-parallel size of the sweep divides it.
+    """
+    from labkit.config import PROFILES
+
+    if isinstance(model, RunConfig):
+        base = model.to_dict()
+        pdef = {"nodes": model.nodes, "gpus_per_node": model.gpus_per_node}
     else:
-        nodes, gpn = args.nodes, gpn or 1
-    extra = {k: getattr(args, k, None) for k in ("device", "precision")}
-    layouts = plan_layouts(nodes=nodes, gpus_per_node=gpn, model=args.preset,
-                           gpu_memory_gb=args.gpu_memory_gb,
-                           micro_batch_size=args.micro_batch_size or 1,
-                           global_batch_size=args.global_batch_size,
-                           **{k: v for k, v in extra.items() if v is not None})
-    if args.json:
-        print(json.dumps([lp.to_dict() for lp in layouts if lp.valid], indent=2))
-    else:
-        valid = sum(lp.valid for lp in layouts)
-        fit = sum(lp.fits for lp in layouts)
-        print(f"{args.preset} on {nodes} node(s) x {gpn} = {nodes * gpn} ranks: "
-              f"{valid} valid layouts, {fit} fit", file=sys.stderr)
-        print(format_layouts(layouts))
-    return 0
+        if profile is None:
+            cpu_preset = PROFILES["cpu"]["preset"]
+            profile = "gpu" if gpu_memory_gb is not None or model != cpu_preset else "cpu"
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r}; profiles are: {', '.join(PROFILES)}")
+        pdef = {k: v for k, v in PROFILES[profile].items() if k != "preset"}
+        base = RunConfig.from_preset(model, **pdef).to_dict()
+    bad = {k: v for k, v in (("world size", world_size), ("nodes", nodes),
+                             ("GPUs per node", gpus_per_node)) if v is not None and v < 1}
+    if bad:
+        raise ConfigError([f"{k} must be at least 1 (got {v})" for k, v in bad.items()])
+    if world_size is not None:
+        if nodes is None and gpus_per_node is None:
+            gpus_per_node = math.gcd(world_size, pdef["gpus_per_node"])
+        if nodes is None:
+            nodes = world_size // gpus_per_node
+        if gpus_per_node is None:
+            gpus_per_node = world_size // nodes
+        if nodes * gpus_per_node != world_size:
+            raise ConfigError(f"world size {world_size} is not nodes {nodes} x GPUs per node "
+                              f"{gpus_per_node}; give matching values, or the world size and "
+                              f"only one of the other two")
+    nodes = nodes or (1 if gpus_per_node else pdef["nodes"])
+    gpus_per_node = gpus_per_node or pdef["gpus_per_node"]
+    world = nodes * gpus_per_node
+    if not isinstance(model, RunConfig):
+        step = base["micro_batch_size"] * world
+        base["global_batch_size"] = step * max(1, -(-base["global_batch_size"] // step))
+    base.update(nodes=nodes, gpus_per_node=gpus_per_node, tensor_model_parallel_size=1,
+                pipeline_model_parallel_size=1, num_layers_per_virtual_pipeline_stage=None,
+                sequence_parallel=False)
+    if gpu_memory_gb is not None:
+        base["gpu_memory_gb"] = gpu_memory_gb
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return RunConfig.from_dict(base)

@@ -1,0 +1,51 @@
+"""What the subcommands share: the common options and the way results are shown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
+    p.add_argument("--json", action="store_true",
+                   help=f"print only {what} as JSON on stdout (progress and messages go to stderr)")
+
+
+def add_cluster(p: argparse.ArgumentParser, what: str = "Slurm jobs") -> None:
+    p.add_argument("--cluster", metavar="SITE.yaml|NAME",
+                   help=f"the site profile for {what}: a YAML file or a name under code/clusters/ "
+                        "(default: $LABKIT_CLUSTER, else the mini-cluster's when it is up, "
+                        "else generic Slurm defaults)")
+
+
+def add_backend(p: argparse.ArgumentParser, default: str = "the config's backend") -> None:
+    p.add_argument("--backend", choices=["local", "slurm"],
+                   help=f"local: processes on this machine; slurm: sbatch (default: {default})")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {n})")
+    return n
+
+
+def show_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=2, allow_nan=False, default=str)
+    sys.stdout.write("\n")
+
+
+def say(text: str = "") -> None:
+    """A line for the user on stdout."""
+    print(text)
+
+
+def warn(text: str) -> None:
+    """A line for the user on stderr (next to the JSON on stdout, or before an error exit)."""
+    print(text, file=sys.stderr)

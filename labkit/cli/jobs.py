@@ -1,0 +1,164 @@
+"""Commands about jobs: ``submit``, ``status``, ``watch``, ``logs``, ``cancel``.
+
+They act only on labkit's own jobs: those with a ``job.json`` record under the run root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from labkit.cli.common import add_backend, add_cluster, add_json, say, show_json, warn
+
+JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit status)"
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("submit", help="submit a run config (local backend or Slurm)",
+                       description="Write the run directory (config.json, job.sh, plan.json) "
+                                   "and start the job. A run directory that already holds a run "
+                                   "is refused unless --resume or --overwrite says what to do.")
+    p.add_argument("config", metavar="CONFIG.json", help="the run config (e.g. from labkit new)")
+    add_backend(p)
+    add_cluster(p)
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job to finish, with a progress bar; exit 1 unless it "
+                        "COMPLETED")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="with --wait: stop waiting after S seconds (the job keeps running)")
+    p.add_argument("--hang-timeout", type=float, metavar="S",
+                   help="with --wait: a job with no new iteration for S seconds is diagnosed "
+                        "(stacks, suspect ranks) and cancelled")
+    p.add_argument("--overwrite", action="store_true",
+                   help="move an earlier run of the same name aside (nothing is deleted)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an earlier run of the same name from its checkpoint")
+    add_json(p, '{"job_id", "name", "run_dir", "backend", "state"}')
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="the state of labkit's own jobs (one or all)",
+                       description="List the jobs labkit submitted under the run root, with "
+                                   "their state; jobs submitted some other way are not shown.")
+    p.add_argument("job", nargs="?", metavar="JOB", help=JOB_HELP + " (default: all)")
+    add_json(p, "the job record(s)")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("watch", help="wait for a job with the hang watchdog",
+                       description="Wait for a job to finish. A job with no new iteration for "
+                                   "--hang-timeout seconds is diagnosed (per-rank last lines, "
+                                   "py-spy stacks, suspect ranks; saved as hang-*.txt in its "
+                                   "run directory) and cancelled.")
+    p.add_argument("job", metavar="JOB", help=JOB_HELP)
+    p.add_argument("--hang-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds without a new iteration that count as a hang (default: 300)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="stop watching after S seconds (the job keeps running)")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("logs", help="print (or follow) a job's log",
+                       description="Print a labkit job's log.txt; with -f, follow it until the "
+                                   "job finishes.")
+    p.add_argument("job", metavar="JOB", help=JOB_HELP)
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines until the job finishes")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel one of labkit's own jobs (and nothing else)",
+                       description="Cancel a job labkit submitted; a job submitted some other "
+                                   "way is refused.")
+    p.add_argument("job", metavar="JOB", help=JOB_HELP)
+    p.set_defaults(func=cmd_cancel)
+
+
+# --- handlers ----------------------------------------------------------------------------------
+def _finished(job, state, as_json: bool) -> int:  # noqa: ANN001 - a Job and its JobState
+    from labkit.backends import JobState
+
+    if state is JobState.COMPLETED:
+        return 0
+    if state.finished and not as_json:
+        warn(str(job.failure_error(state)))
+    elif not state.finished and not as_json:
+        warn(f"stopped waiting; job {job.job_id} is still {state} (labkit watch {job.name})")
+    return 1
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from labkit.backends import submit
+    from labkit.config import RunConfig
+
+    cfg = RunConfig.from_json(args.config)
+    job = submit(cfg, backend=args.backend, cluster=args.cluster, overwrite=args.overwrite,
+                 resume=args.resume)
+    if args.wait:
+        state = job.wait(timeout=args.timeout, progress=True, hang_timeout=args.hang_timeout)
+    else:
+        state = job.state()
+    if args.json:
+        show_json(job.to_dict(state))
+    else:
+        say(f"submitted {job.name} as {job.backend} job {job.job_id} -> {job.run_dir} "
+            f"(log: {job.log_path}): {state}")
+    return _finished(job, state, args.json) if args.wait else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from labkit.backends import get_job, job_states, list_jobs
+    from labkit.paths import run_root
+
+    jobs = [get_job(args.job)] if args.job else list_jobs()
+    states = job_states(jobs)
+    rows = [j.to_dict(states[j.job_id]) for j in jobs]
+    if args.json:
+        show_json(rows[0] if args.job else rows)
+        return 0
+    say(f"{'JOBID':>14} {'BACKEND':7} {'STATE':13} {'SUBMITTED':19} NAME (RUN_DIR)")
+    for j, r in zip(jobs, rows, strict=True):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.submitted_at))
+        say(f"{r['job_id']:>14} {r['backend']:7} {r['state']:13} {when:19} "
+            f"{r['name']} ({r['run_dir']})")
+    if not jobs:
+        say(f"(no labkit jobs under {run_root()})")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from labkit.backends import get_job
+
+    job = get_job(args.job)
+    warn(f"watching {job.backend} job {job.job_id} ({job.name}); a hang is {args.hang_timeout:g} s "
+         f"without a new iteration")
+    state = job.wait(timeout=args.timeout, progress=True, hang_timeout=args.hang_timeout)
+    say(f"{job.backend} job {job.job_id} ({job.name}): {state}")
+    return _finished(job, state, False)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from labkit.backends import get_job
+
+    job = get_job(args.job)
+    offset = 0
+    while True:
+        finished = job.state().finished  # before reading: the last read then sees every line
+        try:
+            with open(job.log_path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            chunk = b""
+        offset += len(chunk)
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+        if not args.follow or finished:
+            return 0
+        time.sleep(1.0)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from labkit.backends import get_job
+
+    job = get_job(args.job)
+    job.cancel()
+    say(f"cancelled {job.backend} job {job.job_id} ({job.name}): {job.state()}")
+    return 0

@@ -1,0 +1,210 @@
+"""Commands about one run's config: ``new``, ``check``, ``plan``, ``render``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
+from labkit.errors import ConfigError, LabkitError
+
+
+def _presets() -> list[str]:
+    from labkit.config import PRESETS
+
+    return list(PRESETS)
+
+
+def _profiles() -> list[str]:
+    from labkit.config import PROFILES
+
+    return list(PROFILES)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    presets = _presets()
+    p = sub.add_parser("new", help="write runs/NAME/config.json from a model preset and print "
+                                   "its summary",
+                       description="Write a run config (runs/NAME/config.json, or under the "
+                                   "cluster's run_root) from a model preset, with the device, "
+                                   "precision and batch of a notebook profile.")
+    p.add_argument("name", metavar="NAME", help="the run's name: its folder runs/NAME/")
+    p.add_argument("--preset", choices=presets, default="tiny", metavar="PRESET",
+                   help=f"model preset, one of: {', '.join(presets)} (default: tiny)")
+    p.add_argument("--profile", choices=_profiles(),
+                   help="device, precision, node shape and batch: cpu (fp32 processes) or gpu "
+                        "(bf16 on CUDA) (default: cpu for tiny, gpu for the GPT presets)")
+    p.add_argument("--tp", type=positive_int, default=1, metavar="N",
+                   help="tensor parallel size (default: 1)")
+    p.add_argument("--pp", type=positive_int, default=1, metavar="N",
+                   help="pipeline parallel size (default: 1)")
+    p.add_argument("--nodes", type=positive_int, metavar="N",
+                   help="nodes (default: the profile's, 2)")
+    p.add_argument("--gpus-per-node", type=positive_int, metavar="N",
+                   help="GPUs per node; on CPU, processes per node (default: the profile's)")
+    add_cluster(p, "a Slurm run; the run is then a slurm run in the cluster's run_root")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing config.json of that name")
+    p.set_defaults(func=cmd_new)
+
+    p = sub.add_parser("check", help="validate a run config (exit 0 valid, 2 invalid)",
+                       description="Validate a run config: its summary when valid (exit 0), "
+                                   "every broken rule with its numbers and a fix when not (exit 2).")
+    p.add_argument("config", metavar="CONFIG.json", help="the run config to check")
+    add_json(p, '{"valid": ..., "errors": [...]}')
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="memory, FLOPs and bubble of a config, or every layout of a "
+                                    "cluster shape",
+                       description="With CONFIG.json alone: memory per pipeline stage, FLOPs, "
+                                   "bubble and whether it fits. With a cluster shape "
+                                   "(--world-size, --nodes, --gpus-per-node): every TP x PP x DP "
+                                   "(x VPP) layout of the config or preset, fitting ones first. "
+                                   "The first line says what was assumed.")
+    p.add_argument("config", nargs="?", metavar="CONFIG.json",
+                   help="a run config (default: the --preset with a notebook profile's settings)")
+    p.add_argument("--preset", choices=presets, metavar="PRESET",
+                   help=f"model preset to sweep, one of: {', '.join(presets)} (default: tiny)")
+    p.add_argument("--profile", choices=_profiles(),
+                   help="device, precision and batch of a preset: cpu (fp32) or gpu (bf16 on "
+                        "CUDA) (default: gpu when --gpu-memory-gb is given or for the GPT "
+                        "presets, else cpu)")
+    p.add_argument("--world-size", type=positive_int, metavar="N",
+                   help="ranks in all (split into nodes of 8 GPUs on gpu, 2 processes on cpu, "
+                        "where it divides)")
+    p.add_argument("--nodes", type=positive_int, metavar="N", help="nodes of the cluster shape")
+    p.add_argument("--gpus-per-node", type=positive_int, metavar="N",
+                   help="GPUs (on CPU: processes) per node of the cluster shape")
+    p.add_argument("--gpu-memory-gb", type=float, metavar="GB",
+                   help="memory of one GPU in GB (implies a GPU for a preset)")
+    add_json(p, "the plan (a list of valid layouts when sweeping)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("render", help="print the job script (sbatch or local launch) of a config",
+                       description="Print the job script labkit would submit for a config, "
+                                   "without submitting anything.")
+    p.add_argument("config", metavar="CONFIG.json", help="the run config")
+    add_backend(p)
+    add_cluster(p)
+    p.add_argument("--hostfile", action="store_true",
+                   help="print a DeepSpeed-style hostfile (node1 slots=N, ...) instead")
+    p.set_defaults(func=cmd_render)
+
+
+# --- handlers ----------------------------------------------------------------------------------
+def cmd_check(args: argparse.Namespace) -> int:
+    from labkit.config import RunConfig
+
+    try:
+        cfg = RunConfig.from_json(args.config)
+    except ConfigError as e:
+        if not args.json:
+            raise
+        show_json({"valid": False, "errors": e.violations})
+        return 2
+    if args.json:
+        show_json({"valid": True, "errors": []})
+    else:
+        say(cfg.summary())
+    return 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from labkit.paths import run_dir, run_root
+    from labkit.planner.plan import base_config
+
+    base = base_config(args.preset, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                       profile=args.profile)
+    cfg = base.replace(name=args.name, tensor_model_parallel_size=args.tp,
+                       pipeline_model_parallel_size=args.pp,
+                       backend="slurm" if args.cluster else base.backend)
+    root = run_root()
+    if args.cluster:
+        from labkit.site import resolve_cluster
+
+        cluster = resolve_cluster(args.cluster)
+        root = Path(cluster.run_root) if cluster.run_root else root
+    d = run_dir(cfg.name, root)
+    path = d / "config.json"
+    others = sorted(p.name for p in d.iterdir() if p.name != "config.json") if d.is_dir() else []
+    if others:
+        raise LabkitError(f"{d} already holds a run ({', '.join(others[:6])}); pick another NAME "
+                          f"(nothing was written)")
+    if path.exists() and not args.force:
+        raise LabkitError(f"{path} exists; pick another NAME, or pass --force to replace it "
+                          f"(nothing was written)")
+    d.mkdir(parents=True, exist_ok=True)
+    cfg.to_json(path)
+    say(f"wrote {path}")
+    say(cfg.summary())
+    cluster_flag = f" --cluster {args.cluster}" if args.cluster else ""
+    say(f"next: labkit plan {path}  |  labkit submit {path}{cluster_flag} --wait")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from labkit.config import RunConfig
+    from labkit.planner.plan import base_config, format_layouts, plan, plan_layouts
+
+    sweep = any(v is not None for v in (args.world_size, args.nodes, args.gpus_per_node))
+    if args.config and args.preset:
+        raise ConfigError(f"labkit plan takes CONFIG.json or --preset, not both (got "
+                          f"{args.config} and --preset {args.preset})")
+    if args.config and not sweep:
+        cfg = RunConfig.from_json(args.config)
+        if args.gpu_memory_gb is not None:
+            cfg = cfg.replace(gpu_memory_gb=args.gpu_memory_gb)
+        p = plan(cfg)
+        if args.json:
+            show_json(p.to_dict())
+        else:
+            say(p.summary())
+        return 0
+    if not sweep:
+        raise ConfigError("labkit plan needs CONFIG.json, or a cluster shape to list every layout: "
+                          "--world-size N, or --nodes N --gpus-per-node G")
+    model = RunConfig.from_json(args.config) if args.config else (args.preset or "tiny")
+    base = base_config(model, world_size=args.world_size, nodes=args.nodes,
+                       gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
+                       profile=args.profile)
+    layouts = plan_layouts(nodes=base.nodes, gpus_per_node=base.gpus_per_node, model=base,
+                           micro_batch_size=base.micro_batch_size)
+    what = args.config or model
+    unit = "GPU(s)" if base.device == "cuda" else "process(es)"
+    head = (f"{what} on {base.nodes} node(s) x {base.gpus_per_node} {unit} = "
+            f"{base.world_size} ranks; device {base.device}, precision {base.precision}, "
+            f"global batch {base.global_batch_size}, micro batch {base.micro_batch_size}, "
+            f"{base.gpu_memory_gb:g} GB per {'GPU' if base.device == 'cuda' else 'rank'}: "
+            f"{sum(lp.valid for lp in layouts)} valid layouts, "
+            f"{sum(lp.fits for lp in layouts)} fit")
+    if args.json:
+        warn(head)
+        show_json([lp.to_dict() for lp in layouts if lp.valid])
+    else:
+        say(head)
+        say(format_layouts(layouts))
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from labkit.config import RunConfig
+    from labkit.paths import run_dir
+    from labkit.render import render_hostfile, render_local, render_sbatch
+
+    cfg = RunConfig.from_json(args.config)
+    if args.hostfile:
+        sys.stdout.write(render_hostfile([f"node{i + 1}" for i in range(cfg.nodes)],
+                                         cfg.gpus_per_node))
+        return 0
+    d = run_dir(cfg.name)
+    if (args.backend or cfg.backend) == "slurm":
+        from labkit.site import resolve_cluster
+
+        cluster = resolve_cluster(args.cluster)
+        if cluster.run_root:
+            d = Path(cluster.run_root) / cfg.name
+        sys.stdout.write(render_sbatch(cfg, cluster, d))
+    else:
+        sys.stdout.write(render_local(cfg, d))
+    return 0

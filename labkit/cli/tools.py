@@ -1,0 +1,165 @@
+"""Commands around the runs: ``parse``, ``doctor``, ``cluster``, ``regress``."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
+from labkit.errors import LabkitError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("parse", help="read training logs: layout, iterations, memory, NCCL, "
+                                     "failures",
+                       description="Parse training logs (Megatron-LM, Megatron-DeepSpeed, "
+                                   "gpt-neox, DeepSpeed, NCCL, torchrun, Slurm). Several logs "
+                                   "are reported one by one unless --one-run says they are "
+                                   "parts of one run (e.g. per-rank logs).")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="a training log, e.g. runs/NAME/log.txt")
+    p.add_argument("--one-run", action="store_true",
+                   help="read several LOGs as parts of one run (one report)")
+    add_json(p, "the parsed log (with several LOGs: an object keyed by path)")
+    p.set_defaults(func=cmd_parse)
+
+    p = sub.add_parser("doctor", help="preflight checks of this machine or cluster",
+                       description="Preflight checks before a lab, each PASS, WARN or FAIL with "
+                                   "a fix (SKIP where a check does not apply); exit 1 when any "
+                                   "check FAILs.")
+    add_cluster(p, "the Slurm checks and the probe job")
+    p.add_argument("--backend", choices=["local", "slurm"],
+                   help="probe the nodes with srun (slurm) or two local processes (local) "
+                        "(default: slurm when sinfo answers)")
+    p.add_argument("--hostfile", metavar="FILE",
+                   help="DeepSpeed-style hostfile: check passwordless ssh/pdsh to its hosts")
+    p.add_argument("--nodes", type=positive_int, metavar="N",
+                   help="nodes for the probe job (default: the partition's up nodes, at most 8)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds for each phase of the probe (default: 30)")
+    add_json(p, '{"checks": [{"name", "status", "detail", "fix"}]}')
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("cluster", help="the local Slurm mini-cluster: up, down or status (root)",
+                       description="A real Slurm cluster on this machine: one slurmctld, one "
+                                   "slurmd per node, each node in its own network namespace.")
+    p.add_argument("action", choices=["up", "down", "status"],
+                   help="up: start it (installs slurm-wlm and munge if missing); down: remove "
+                        "everything up made; status: its nodes")
+    p.add_argument("--nodes", type=positive_int, default=2, metavar="N",
+                   help="up: number of nodes (default: 2)")
+    p.add_argument("--cpus-per-node", type=positive_int, default=2, metavar="N",
+                   help="up: CPUs of each node (default: 2)")
+    p.add_argument("--rate", default="1gbit", metavar="RATE",
+                   help="up: inter-node link rate for tc tbf (default: 1gbit)")
+    add_json(p, "the status")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("regress", help="run the notebook series and compare with a baseline",
+                       description="Run the solved notebooks with papermill, compare what they "
+                                   "recorded with baselines/PROFILE.json and write a report; "
+                                   "exit 1 on a regression or a failed notebook.")
+    p.add_argument("notebooks", nargs="*", metavar="NOTEBOOK",
+                   help="notebooks to run, e.g. 01 or 01_single_node (default: all)")
+    p.add_argument("--profile", default="cpu", choices=["cpu", "gpu"],
+                   help="cpu: tiny GPT on CPU processes; gpu: GPT-2 on GPUs (default: cpu)")
+    add_backend(p, "local")
+    add_cluster(p, "the notebooks' Slurm jobs")
+    p.add_argument("--baseline", metavar="FILE",
+                   help="baseline to compare with (default: baselines/PROFILE.json); with "
+                        "--write-baseline, the file to write")
+    p.add_argument("--out", metavar="DIR",
+                   help="where executed notebooks, metrics.json and report.md go "
+                        "(default: runs/regress; an earlier one is moved aside)")
+    p.add_argument("--write-baseline", metavar="METRICS_JSON",
+                   help="run nothing: write a baseline from a regress run's metrics.json")
+    add_json(p, "the summary")
+    p.set_defaults(func=cmd_regress)
+
+
+# --- handlers ----------------------------------------------------------------------------------
+def _found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog
+    frames = (parsed.iterations, parsed.memory, parsed.validation, parsed.params, parsed.nccl)
+    return (all(f.empty for f in frames) and not parsed.failure_records and not parsed.args
+            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values()))
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from labkit.logs import parse_log, summary
+
+    missing = [p for p in args.logs if not Path(p).is_file()]
+    if missing:
+        raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training "
+                          f"log (e.g. runs/<name>/log.txt).")
+    if args.one_run and len(args.logs) > 1:
+        parsed = {" + ".join(args.logs): parse_log([Path(p) for p in args.logs])}
+    else:
+        parsed = {p: parse_log(Path(p)) for p in args.logs}
+    empty = [name for name, pl in parsed.items() if _found_nothing(pl)]
+    if empty:
+        raise LabkitError(f"no training-log lines in {', '.join(empty)} (no iteration, argument, "
+                          f"memory, NCCL or failure lines): is it a log? Pass a training log, "
+                          f"e.g. runs/<name>/log.txt; a run config is read by labkit check or "
+                          f"labkit plan.")
+    if args.json:
+        docs = {name: pl.to_dict() for name, pl in parsed.items()}
+        show_json(next(iter(docs.values())) if len(docs) == 1 else docs)
+        return 0
+    for i, (name, pl) in enumerate(parsed.items()):
+        if len(parsed) > 1 or args.one_run:
+            say(("\n" if i else "") + f"== {name}")
+        say(summary(pl))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
+
+    results = run_doctor(args.cluster, hostfile=args.hostfile, nodes=args.nodes,
+                         timeout_s=args.timeout, backend=args.backend)
+    if args.json:
+        show_json(doctor_json(results))
+    else:
+        say(render_table(results, width=shutil.get_terminal_size((110, 20)).columns))
+    return 1 if any(r.status == FAIL for r in results) else 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from labkit import minicluster
+
+    if args.action == "up":
+        minicluster.cluster_up(args.nodes, args.cpus_per_node, args.rate)
+    elif args.action == "down":
+        minicluster.cluster_down()
+        say("mini-cluster down")
+        return 0
+    st = minicluster.cluster_status()
+    if args.json:
+        show_json(st)
+    else:
+        say(f"mini-cluster: {'up' if st['up'] else 'down'} (SLURM_CONF={st['slurm_conf']})")
+        for n in st["nodes"]:
+            say(f"  {n['name']:8} {n['addr']:12} {n['state']:8} cpus={n['cpus']}")
+        if not st["up"]:
+            warn("  start it with `sudo labkit cluster up`, or use the local backend")
+    return 0 if st["up"] or args.action == "status" else 1
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from labkit import regress
+
+    if args.write_baseline:
+        say(str(regress.write_baseline(args.write_baseline, args.baseline)))
+        return 0
+    doc = regress.regress(args.notebooks or None, profile=args.profile, backend=args.backend,
+                          baseline=args.baseline, out=args.out,
+                          parameters={"cluster": args.cluster} if args.cluster else None)
+    if args.json:
+        show_json(doc)
+    else:
+        say(regress.render_table([regress.Row(**x) for x in doc["rows"]]))
+        for nb in doc["notebooks"]:
+            if nb["error"]:
+                warn(f"FAILED: {nb['error']}")
+        say(f"\nreport: {Path(doc['out']) / 'report.md'}")
+    return 0 if doc["ok"] else 1

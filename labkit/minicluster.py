@@ -10,6 +10,10 @@ nodes. Each node's link is shaped with ``tc tbf`` (default 1 Gbit/s), so traffic
 slurmd is started with ``nsenter --net=/run/netns/NAME``: ``ip netns exec`` remounts ``/sys``,
 which loses ``/sys/fs/cgroup``, and slurmd 22.05 then dies ("Unable to initialize cgroup
 plugin"). ``down`` stops exactly what ``up`` recorded in ``started.json``.
+
+While it is up, its cluster profile (``minicluster_cluster()``) is also written to
+``labkit.paths.MINICLUSTER_SITE``: that file is how ``labkit.site.resolve_cluster(None)`` and
+``--cluster`` without a value find the mini-cluster. ``down`` removes it first.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from labkit._logging import log
 from labkit.errors import LabkitError
-from labkit.site import PROFILE_DIR, ClusterProfile, load_profile
+from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, default_torchrun
+from labkit.site import CLUSTER_DIR, ClusterProfile, load_cluster
 
-STATE_DIR = Path(os.environ.get("LABKIT_SLURM_DIR", "/var/lib/labkit-slurm"))
+STATE_DIR = MINICLUSTER_DIR
 SLURM_CONF = STATE_DIR / "slurm.conf"
 STARTED = STATE_DIR / "started.json"
 BRIDGE, SUBNET, NS_PREFIX, PARTITION = "lkbr0", "10.77.0", "lk-node", "lab"
@@ -88,12 +95,21 @@ def is_up() -> bool:
     return bool(st) and _alive(st.get("pids", {}).get("slurmctld"), "slurmctld")
 
 
-def local_profile() -> ClusterProfile:
-    """The ClusterProfile for jobs on the mini-cluster (GLOO_SOCKET_IFNAME=eth0, NodeAddr)."""
-    from labkit.render import default_torchrun
-
-    return load_profile(PROFILE_DIR / "local-minicluster.yaml").replace(
+def minicluster_cluster() -> ClusterProfile:
+    """The cluster profile for jobs on the mini-cluster (GLOO_SOCKET_IFNAME=eth0, NodeAddr):
+    ``code/clusters/local-minicluster.yaml`` with this Python's torchrun and its SLURM_CONF."""
+    return load_cluster(CLUSTER_DIR / "local-minicluster.yaml").replace(
         torchrun=default_torchrun(), slurm_conf=str(SLURM_CONF))
+
+
+def _write_site(cluster: ClusterProfile) -> ClusterProfile:
+    """Publish the running mini-cluster's profile at MINICLUSTER_SITE (see labkit.site)."""
+    MINICLUSTER_SITE.parent.mkdir(parents=True, exist_ok=True)
+    tmp = MINICLUSTER_SITE.with_name(MINICLUSTER_SITE.name + ".tmp")
+    tmp.write_text("# Written by `labkit cluster up` while the mini-cluster runs; `labkit cluster "
+                   "down` removes it.\n" + yaml.safe_dump(cluster.to_dict(), sort_keys=False))
+    tmp.replace(MINICLUSTER_SITE)  # atomic: a reader sees the old file or the new one
+    return cluster
 
 
 def _slurm_conf(nodes: int, cpus: int) -> str:
@@ -192,7 +208,7 @@ def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> C
     st = _read_started()
     if is_up() and st and (st["nodes"], st["cpus_per_node"], st["rate"]) == (
             nodes, cpus_per_node, rate):
-        return local_profile()
+        return _write_site(minicluster_cluster())
     if st:
         log.info("stopping the previous mini-cluster first (different shape or half started)")
         cluster_down()
@@ -226,7 +242,7 @@ def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> C
     _wait_idle(nodes)
     log.info(f"mini-cluster up: {nodes} nodes x {cpus_per_node} CPUs, link {rate}, "
              f"SLURM_CONF={SLURM_CONF}")
-    return local_profile()
+    return _write_site(minicluster_cluster())
 
 
 def _wait_pidfile(path: Path, name: str, timeout: float = 20) -> int:
@@ -271,7 +287,9 @@ def _stop(pid: int | None, name: str) -> None:
 
 def cluster_down() -> None:
     """Stop what ``up`` started (daemons, job processes in its namespaces) and remove its
-    namespaces, links and /etc/slurm/slurm.conf link. State and logs stay in STATE_DIR."""
+    namespaces, links and /etc/slurm/slurm.conf link, and its cluster profile at
+    MINICLUSTER_SITE. State and logs stay in STATE_DIR."""
+    MINICLUSTER_SITE.unlink(missing_ok=True)  # first: no new job should pick a stopping cluster
     st = _read_started()
     if not st:
         log.info("no mini-cluster recorded in %s: nothing to stop", STARTED)
@@ -303,10 +321,13 @@ def cluster_down() -> None:
 
 
 def cluster_status() -> dict:
-    """``{"up", "nodes": [{"name", "addr", "state", "cpus"}], "slurm_conf", "partition"}``."""
+    """``{"up", "nodes": [{"name", "addr", "state", "cpus"}], "slurm_conf", "partition", "rate",
+    "profiles": {"slurm": PATH}}``; PATH is the cluster profile YAML of the mini-cluster, which
+    exists while it is up (pass it as ``cluster=`` or ``--cluster``)."""
     st = _read_started()
     out = {"up": is_up(), "nodes": [], "slurm_conf": str(SLURM_CONF), "partition": PARTITION,
-           "rate": st.get("rate") if st else None}
+           "rate": st.get("rate") if st else None,
+           "profiles": {"slurm": str(MINICLUSTER_SITE)}}
     if not out["up"]:
         return out
     p = _sh("sinfo", "-N", "-h", "-o", "%N|%o|%t|%c", check=False, env=_slurm_env())

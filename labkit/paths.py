@@ -1,18 +1,25 @@
-"""Where things live: the repository, its code/ and data/, and the run root.
+"""Where things live: the repository, its code/ and data/, the run root, the mini-cluster's state.
 
 The run root is ``<repo>/runs`` unless ``LABKIT_RUN_ROOT`` says otherwise (a cluster profile's
-shared file system, a test's temporary folder).
+shared file system, a test's temporary folder). The mini-cluster (``labkit cluster up``) keeps
+its slurm.conf, logs and state under ``MINICLUSTER_DIR`` (``LABKIT_SLURM_DIR``, default
+``/var/lib/labkit-slurm``), and while it is up, its cluster profile at ``MINICLUSTER_SITE``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CODE_DIR = REPO_ROOT / "code"
 DATA_DIR = REPO_ROOT / "data"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+MINICLUSTER_DIR = Path(os.environ.get("LABKIT_SLURM_DIR", "/var/lib/labkit-slurm"))
+# Written by `labkit cluster up`, removed by `labkit cluster down`: the cluster profile that
+# `cluster=None` resolves to while the mini-cluster runs (labkit.site.resolve_cluster).
+MINICLUSTER_SITE = MINICLUSTER_DIR / "site.yaml"
 
 
 def run_root() -> Path:
@@ -22,3 +29,9 @@ def run_root() -> Path:
 
 def run_dir(name: str, root: str | Path | None = None) -> Path:
     return (Path(root) if root is not None else run_root()) / name
+
+
+def default_torchrun() -> str:
+    """The torchrun next to this Python (a venv's), else ``torchrun`` from PATH."""
+    exe = Path(sys.executable).parent / "torchrun"
+    return str(exe) if exe.exists() else "torchrun"

@@ -1,14 +1,20 @@
 """ClusterProfile: everything site-specific about a Slurm cluster, kept out of the templates.
 
-A profile is a small YAML file (examples in ``code/clusters/``): partition, account, qos, time
-limit, how GPUs are requested, modules to load, an optional container wrapper, environment
+A cluster profile is a small YAML file (examples in ``code/clusters/``): partition, account, qos,
+time limit, how GPUs are requested, modules to load, an optional container wrapper, environment
 variables for NCCL / gloo, and the shared run root. ``render_sbatch`` reads it; nothing about a
 particular site is hard-coded anywhere else.
+
+``load_cluster(path_or_name)`` reads one; ``resolve_cluster(cluster)`` is what every ``cluster=``
+keyword goes through: an object, a YAML path or a name in ``code/clusters/``, or None for the
+default ($LABKIT_CLUSTER, else the mini-cluster while ``labkit cluster up`` has it running, else
+``ClusterProfile()``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,9 +23,10 @@ from typing import Any
 import yaml
 
 from labkit.errors import ConfigError
-from labkit.paths import CODE_DIR
+from labkit.paths import CODE_DIR, MINICLUSTER_SITE
 
-PROFILE_DIR = CODE_DIR / "clusters"
+CLUSTER_DIR = CODE_DIR / "clusters"
+CLUSTER_ENV = "LABKIT_CLUSTER"
 GPU_REQUESTS = ("gres", "gpus-per-node", "none")
 CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis")
 MASTER_ADDR_FROM = ("hostname", "nodeaddr")
@@ -29,7 +36,7 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ClusterProfile:
-    """How to run on one Slurm cluster. Build it with keywords or ``load_profile(path)``."""
+    """How to run on one Slurm cluster. Build it with keywords or ``load_cluster(path)``."""
 
     name: str = "generic"
     """A label for messages and the script header."""
@@ -138,34 +145,49 @@ def _check(p: ClusterProfile) -> list[str]:
     return out
 
 
-def load_profile(path_or_name: str | Path) -> ClusterProfile:
-    """A profile from a YAML file, or by name from ``code/clusters/<name>.yaml``."""
+def load_cluster(path_or_name: str | Path) -> ClusterProfile:
+    """A cluster profile from a YAML file, or by name from ``code/clusters/<name>.yaml``."""
     p = Path(path_or_name)
     if not p.suffix and not p.exists():
-        p = PROFILE_DIR / f"{path_or_name}.yaml"
+        p = CLUSTER_DIR / f"{path_or_name}.yaml"
     try:
         data = yaml.safe_load(p.read_text())
     except OSError as e:
-        known = sorted(q.stem for q in PROFILE_DIR.glob("*.yaml"))
-        raise ConfigError(f"cannot read cluster profile {path_or_name}: {e.strerror}. "
-                          f"Profiles shipped in {PROFILE_DIR}: {known}") from None
+        known = sorted(q.stem for q in CLUSTER_DIR.glob("*.yaml"))
+        raise ConfigError(f"cannot read cluster profile {path_or_name} ({p}): {e.strerror}. "
+                          f"Cluster profiles shipped in {CLUSTER_DIR}: {known}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"cluster profile {p} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"cluster profile {p} must be a YAML mapping of keys to values")
     data.setdefault("name", p.stem)
-    return ClusterProfile.from_dict(data)
+    try:
+        return ClusterProfile.from_dict(data)
+    except ConfigError as e:
+        raise ConfigError([f"{p}: {v}" for v in e.violations]) from None
 
 
-def resolve_profile(profile: ClusterProfile | str | Path | None) -> ClusterProfile:
-    """A profile object from an object, a name/path, or None (the mini-cluster when it is up,
-    else the generic defaults)."""
-    if isinstance(profile, ClusterProfile):
-        return profile
-    if profile is not None:
-        return load_profile(profile)
-    from labkit import minicluster
+def resolve_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfile:
+    """The cluster profile for a ``cluster=`` value.
 
-    if minicluster.is_up():
-        return minicluster.local_profile()
+    A ClusterProfile is returned as is; a path or name is loaded (``load_cluster``). None means,
+    in order: ``$LABKIT_CLUSTER`` (a YAML path or a name in ``code/clusters/``) when it is set;
+    the mini-cluster's profile while it is up (the file ``labkit cluster up`` writes to
+    ``labkit.paths.MINICLUSTER_SITE`` and ``labkit cluster down`` removes); else
+    ``ClusterProfile()``, the generic defaults.
+    """
+    if isinstance(cluster, ClusterProfile):
+        return cluster
+    if cluster is not None:
+        return load_cluster(cluster)
+    env = os.environ.get(CLUSTER_ENV, "").strip()
+    if env:
+        try:
+            return load_cluster(env)
+        except ConfigError as e:
+            raise ConfigError([f"${CLUSTER_ENV}={env}: {v}" for v in e.violations]
+                              + [f"fix ${CLUSTER_ENV} (a cluster profile YAML path or a name in "
+                                 f"{CLUSTER_DIR}) or unset it"]) from None
+    if MINICLUSTER_SITE.is_file():
+        return load_cluster(MINICLUSTER_SITE)
     return ClusterProfile()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import minicluster
+from labkit import minicluster, paths
 from labkit.cli import main as cli
+from labkit.site import load_cluster, resolve_cluster
 
 
 def test_needs_root_and_says_what_to_do(monkeypatch):
@@ -24,6 +25,24 @@ def test_slurm_conf_shape():
                    "ProctrackType=proctrack/linuxproc", "NodeName=node3 NodeAddr=10.77.0.13",
                    "CPUs=4", "PartitionName=lab Nodes=node[1-3]", "OverSubscribe=NO"):
         assert needle in conf, needle
+
+
+def test_down_removes_the_published_profile_even_when_nothing_runs(tmp_path, monkeypatch):
+    site_yaml = tmp_path / "site.yaml"
+    monkeypatch.setattr(minicluster, "MINICLUSTER_SITE", site_yaml)
+    monkeypatch.setattr(minicluster, "STARTED", tmp_path / "started.json")
+    cluster = minicluster._write_site(minicluster.minicluster_cluster())
+    assert load_cluster(site_yaml) == cluster  # what resolve_cluster(None) reads while up
+    assert cluster.slurm_conf == str(minicluster.SLURM_CONF) and cluster.torchrun
+    assert not list(tmp_path.glob("*.tmp"))
+    minicluster.cluster_down()  # no started.json: nothing to stop, the stale file still goes
+    assert not site_yaml.exists()
+
+
+def test_status_names_the_profile_file():
+    st = minicluster.cluster_status()
+    assert st["profiles"] == {"slurm": str(paths.MINICLUSTER_SITE)}
+    assert paths.MINICLUSTER_SITE.parent == minicluster.STATE_DIR
 
 
 def _ns(name: str, *cmd: str) -> str:
@@ -48,10 +67,14 @@ def test_nodes_are_namespaces_with_shaped_links(slurm_cluster, capsys):
 
 
 @pytest.mark.slurm
-def test_down_removes_what_up_made_then_up_again(slurm_cluster):
+def test_down_removes_what_up_made_then_up_again(slurm_cluster, monkeypatch):
+    monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
+    assert load_cluster(paths.MINICLUSTER_SITE) == slurm_cluster
+    assert resolve_cluster(None) == slurm_cluster
     pids = json.loads(minicluster.STARTED.read_text())["pids"]
     minicluster.cluster_down()
     assert not minicluster.is_up()
+    assert not paths.MINICLUSTER_SITE.exists() and resolve_cluster(None).name == "generic"
     assert not any(Path(f"/run/netns/lk-node{i}").exists() for i in (1, 2))
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert "lkbr0" not in links and "lkv1" not in links
@@ -60,4 +83,4 @@ def test_down_removes_what_up_made_then_up_again(slurm_cluster):
             assert not minicluster._alive(pid, key.split("-")[0]), key
     # Leave it up for the other tests of the session.
     assert minicluster.cluster_up() == slurm_cluster
-    assert minicluster.is_up()
+    assert minicluster.is_up() and resolve_cluster(None) == slurm_cluster

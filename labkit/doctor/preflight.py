@@ -16,7 +16,7 @@ from typing import Any
 from labkit._logging import log
 from labkit.doctor.checks import CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
 from labkit.paths import CODE_DIR, run_root
-from labkit.site import ClusterProfile, load_profile
+from labkit.site import ClusterProfile, load_cluster
 
 __all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json", "CHECKS"]
 
@@ -185,15 +185,15 @@ def run_probes(ctx: Context) -> ProbeRun:
     return run
 
 
-def run_doctor(profile: ClusterProfile | str | Path | None = None, *,
+def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
                hostfile: str | Path | None = None, nodes: int | None = None,
                timeout_s: float = 30.0, backend: str | None = None,
                checks: list[tuple[str, CheckFn]] | None = None) -> list[Result]:
     """Run the checks and return their results (never raises for a failing check).
 
     Args:
-        profile: a ClusterProfile, its YAML path or name; None: the mini-cluster's when it is
-            up, else none (local).
+        cluster: a cluster profile (ClusterProfile, its YAML path or name); None: the
+            mini-cluster's when it is up, else none (local).
         hostfile: DeepSpeed-style hostfile whose hosts need passwordless ssh / pdsh.
         nodes: nodes for the probe job (default: the partition's up nodes, at most 8).
         timeout_s: limit for each phase of the probe, the all-reduce included.
@@ -201,13 +201,12 @@ def run_doctor(profile: ClusterProfile | str | Path | None = None, *,
             sinfo answers.
         checks: a subset of ``CHECKS`` (name, function) pairs.
     """
-    wants_slurm = profile is not None
-    if isinstance(profile, (str, Path)):
-        profile = load_profile(profile)
+    wants_slurm = cluster is not None
+    profile = load_cluster(cluster) if isinstance(cluster, (str, Path)) else cluster
     if profile is None:
         from labkit import minicluster
 
-        profile = minicluster.local_profile() if minicluster.is_up() else None
+        profile = minicluster.minicluster_cluster() if minicluster.is_up() else None
     ctx = Context(profile=profile, wants_slurm=wants_slurm,
                   hostfile=Path(hostfile) if hostfile else None, nodes=nodes,
                   timeout_s=timeout_s, _mode=backend)

@@ -14,7 +14,7 @@
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
-cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 2  # nodes of the cluster this series uses
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per training run (no training in this notebook)
@@ -52,10 +52,10 @@ if run_doctor:
 import os
 import subprocess
 
-from labkit.site import resolve_profile
+from labkit.site import resolve_cluster
 
 if backend == "slurm":
-    prof = resolve_profile(cluster)
+    prof = resolve_cluster(cluster)
     env = {**os.environ, **({"SLURM_CONF": prof.slurm_conf} if prof.slurm_conf else {})}
     for cmd in (["sinfo", "-N", "-l"], ["squeue"]):
         print("$", " ".join(cmd))

@@ -11,7 +11,7 @@
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
-cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 1  # this notebook stays on one node
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations of the run; keep it small on CPU
@@ -59,12 +59,12 @@ check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size
 # the local backend, one `torchrun` per simulated node on this machine.
 
 # %%
-from labkit.site import resolve_profile
+from labkit.site import resolve_cluster
 from labkit.paths import run_root
 from labkit.render import render_local, render_sbatch
 
 if backend == "slurm":
-    print(render_sbatch(cfg, resolve_profile(cluster), run_root() / cfg.name))
+    print(render_sbatch(cfg, resolve_cluster(cluster), run_root() / cfg.name))
 else:
     print(render_local(cfg, run_root() / cfg.name))
 

@@ -9,7 +9,7 @@
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
-cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 2  # nodes of the multi-node run
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
@@ -45,11 +45,11 @@ print(two.summary())
 # starts `gpus_per_node` ranks that meet at the head node (`MASTER_ADDR`).
 
 # %%
-from labkit.site import resolve_profile
+from labkit.site import resolve_cluster
 from labkit.paths import run_root
 from labkit.render import render_sbatch
 
-script = render_sbatch(two, resolve_profile(cluster), run_root() / two.name)
+script = render_sbatch(two, resolve_cluster(cluster), run_root() / two.name)
 print("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "srun", "  "))))
 
 # %% [markdown]

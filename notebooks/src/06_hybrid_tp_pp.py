@@ -10,7 +10,7 @@
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
-cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 2  # nodes of the hybrid runs
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU

@@ -10,7 +10,7 @@
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
-cluster = None  # Slurm cluster profile (name or YAML path); None: the mini-cluster or defaults
+cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 1  # nodes of the runs in this notebook
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 40  # iterations of the run we kill part-way (long enough to catch it running)
@@ -33,7 +33,7 @@ versions()
 # `torchrun` starts `gpus_per_node` ranks that meet at the head node.
 
 # %%
-from labkit.site import resolve_profile
+from labkit.site import resolve_cluster
 from labkit.config import RunConfig
 from labkit.paths import run_root
 from labkit.render import render_hostfile, render_sbatch
@@ -42,7 +42,7 @@ cfg = RunConfig.for_profile(profile, name=f"{run_prefix}_resume", backend=backen
                             gpus_per_node=gpus_per_node, train_iters=train_iters,
                             save_interval=save_interval)
 two_nodes = cfg.replace(nodes=2)
-print(render_sbatch(two_nodes, resolve_profile(cluster), run_root() / two_nodes.name))
+print(render_sbatch(two_nodes, resolve_cluster(cluster), run_root() / two_nodes.name))
 
 # %% [markdown]
 # **DeepSpeed style**: no scheduler; a *hostfile* lists the nodes and their slots, and the

@@ -33,7 +33,7 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("LABKIT_RUN_ROOT", tempfile.mkdtemp(prefix="bench_allreduce-"))
     t0 = time.time()
-    job = comm.submit_bench(f"busbw-{backend}-{int(t0)}", nodes=2, procs_per_node=2,
+    job = comm.submit_bench(f"busbw-{backend}-{int(t0)}", nodes=2, gpus_per_node=2,
                             backend=backend, ops=a.ops.split(","), min_bytes=a.min_bytes,
                             max_bytes=a.max_bytes, factor=a.factor, iters=a.iters)
     state = job.wait(timeout=1800, progress=False)

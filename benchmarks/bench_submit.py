@@ -22,11 +22,11 @@ from labkit.config import RunConfig
 FIRST_ITER = re.compile(r"iteration\s+1\s*/")
 
 
-def one(backend: str, name: str, profile=None) -> tuple[float, float, float, str]:
+def one(backend: str, name: str, cluster=None) -> tuple[float, float, float, str]:
     cfg = RunConfig(name=name, nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
                     pipeline_model_parallel_size=2, train_iters=3)
     t0 = time.time()
-    job = submit(cfg, backend=backend, profile=profile)
+    job = submit(cfg, backend=backend, cluster=cluster)
     t_submit = time.time() - t0
     t_running = t_first = None
     while True:
@@ -57,10 +57,10 @@ def main() -> None:
         if minicluster.is_up() or os.geteuid() == 0:
             backends.append(("slurm", minicluster.cluster_up()))
     print(f"{'backend':8} {'submit s':>9} {'to RUNNING s':>13} {'to 1st iter s':>14}  final")
-    for backend, profile in backends:
+    for backend, cluster in backends:
         firsts = []
         for r in range(args.repeats):
-            s, run, first, st = one(backend, f"bench_{backend}_{r}", profile)
+            s, run, first, st = one(backend, f"bench_{backend}_{r}", cluster)
             firsts.append(first)
             print(f"{backend:8} {s:9.2f} {run:13.2f} {first:14.2f}  {st}", flush=True)
         print(f"{backend:8} median to first iteration: {statistics.median(firsts):.2f} s")

@@ -24,8 +24,7 @@ a table in nccl-tests' column layout; `--json-out` also writes one JSON object p
 `labkit.comm.read_busbw` turns into a DataFrame for `labkit.comm.plot_busbw`.
 
 Inside a labkit job (local backend or Slurm), `labkit.comm.submit_bench(...)` submits this
-script as the job's program; it then reads `extra.bench_args` from the run's config.json and
-writes `busbw.jsonl` into the run directory.
+script as the job's program with these arguments, `--json-out` pointing into the run directory.
 """
 
 from __future__ import annotations
@@ -148,8 +147,6 @@ def world_mean(value: float, device) -> float:
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="a labkit run's config.json (inside a labkit job): its "
-                    "extra.bench_args are read as more arguments, results go to the run dir")
     ap.add_argument("-b", "--min-bytes", default="1K", help="smallest message (8, 1K, 64M)")
     ap.add_argument("-e", "--max-bytes", default="4M", help="largest message")
     ap.add_argument("-f", "--step-factor", type=int, default=4, help="multiply size by this")
@@ -164,13 +161,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="seconds before a stuck collective is an error (process group timeout)")
     ap.add_argument("--json-out", help="also write one JSON object per row to this file")
     args = ap.parse_args(argv)
-    if args.config:  # launched by a labkit backend as `PROGRAM --config RUN_DIR/config.json`
-        with open(args.config) as f:
-            extra = json.load(f).get("extra", {})
-        args = ap.parse_args([str(a) for a in extra.get("bench_args", [])] + argv)
-        if not args.json_out:
-            args.json_out = os.path.join(os.path.dirname(os.path.abspath(args.config)),
-                                         "busbw.jsonl")
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     args.scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     bad = [o for o in args.ops if o not in OPS] + [s for s in args.scopes if s not in SCOPES]

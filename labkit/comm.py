@@ -5,7 +5,7 @@ table) and the table printed by NVIDIA's nccl-tests (``all_reduce_perf`` and fri
 column layout the benchmark copies: ``size count type redop [root] time algbw busbw #wrong``,
 then the same four for in-place. Bandwidths are GB/s (1e9 bytes per second), times microseconds.
 
-    job = submit_bench("bw", nodes=2, procs_per_node=2, backend="slurm")   # or "local"
+    job = submit_bench("bw", nodes=2, gpus_per_node=2, backend="slurm")    # or "local"
     job.wait()
     df = read_busbw(job.run_dir)        # or a busbw.jsonl / a printed table / an nccl-tests log
     plot_busbw(df)                      # bus bandwidth vs message size, one line per op/scope
@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import matplotlib.pyplot as plt
 
     from labkit.backends.job import Job
+    from labkit.site import ClusterProfile
 
 BENCH = CODE_DIR / "allreduce_bench.py"
 
@@ -134,28 +135,27 @@ def plot_busbw(df: pd.DataFrame, *, by: tuple[str, ...] = ("op", "scope"),
     return ax
 
 
-def submit_bench(name: str = "busbw", *, nodes: int = 2, procs_per_node: int = 2,
-                 backend: str = "local", profile: Any = None, device: str = "cpu",
-                 ops: Sequence[str] = ("all_reduce",),
+def submit_bench(name: str = "busbw", *, nodes: int = 2, gpus_per_node: int = 2,
+                 backend: str = "local", cluster: ClusterProfile | str | Path | None = None,
+                 device: str = "cpu", ops: Sequence[str] = ("all_reduce",),
                  scopes: Sequence[str] = ("world", "intra", "inter"), min_bytes: str = "1K",
                  max_bytes: str = "4M", factor: int = 4, iters: int = 10, warmup: int = 2,
                  overwrite: bool = False) -> Job:
-    """Submit ``code/allreduce_bench.py`` as a labkit job (local backend or Slurm).
+    """Submit ``code/allreduce_bench.py`` with its arguments as a labkit job (local or Slurm).
 
-    The run is an ordinary run directory (``config.json``, ``job.sh``, ``log.txt``) whose
-    program is the benchmark instead of the training script; its results land in
-    ``<run_dir>/busbw.jsonl`` (``read_busbw(job.run_dir)``). ``procs_per_node`` is GPUs per
-    node on a GPU cluster (``device="cuda"``: NCCL), processes per node on CPUs (gloo).
+    The job is a program with arguments (a JobSpec), not a training run: its run directory
+    holds ``job.sh``, ``log.txt`` and ``job.json``, and the results land in
+    ``<run_dir>/busbw.jsonl`` (``read_busbw(job.run_dir)``). ``gpus_per_node`` processes per
+    node: one per GPU with ``device="cuda"`` (NCCL), CPU processes otherwise (gloo).
     """
     from labkit import backends
-    from labkit.config import RunConfig
+    from labkit.backends.spec import JobSpec
 
-    world = nodes * procs_per_node
+    spec = JobSpec(name, nodes=nodes, gpus_per_node=gpus_per_node, device=device,
+                   layout=f"collective benchmark: {', '.join(ops)}")
     args = ["--ops", ",".join(ops), "--scopes", ",".join(scopes), "-b", min_bytes,
-            "-e", max_bytes, "-f", str(factor), "-n", str(iters), "-w", str(warmup)]
-    cfg = RunConfig(name=name, nodes=nodes, gpus_per_node=procs_per_node, backend=backend,
-                    device=device, precision="fp32" if device == "cpu" else "bf16",
-                    micro_batch_size=1, global_batch_size=world,  # unused; keeps it valid
-                    extra={"bench_args": args})
-    return backends.submit(cfg, backend=backend, profile=profile, overwrite=overwrite,
-                           program=BENCH)
+            "-e", max_bytes, "-f", str(factor), "-n", str(iters), "-w", str(warmup),
+            "--backend", "nccl" if device == "cuda" else "gloo",
+            "--json-out", "{run_dir}/busbw.jsonl"]
+    return backends.submit(spec, backend=backend, cluster=cluster, overwrite=overwrite,
+                           program=BENCH, program_args=args)

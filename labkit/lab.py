@@ -60,7 +60,7 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
     if reuse and not resume and (d := _finished_same_run(cfg)) is not None:
         log.info(f"reusing the finished run {d} (same config); pass reuse=False to train again")
         return Job.load(d)
-    job = submit(cfg, profile=cluster, overwrite=not resume, resume=resume)
+    job = submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
         job.wait(timeout=timeout, progress=progress)
     return job
@@ -112,8 +112,8 @@ def run_allreduce_bench(cfg: RunConfig, *, cluster: Any = None, min_bytes: str =
     """
     from labkit.comm import read_busbw, submit_bench
 
-    job = submit_bench(cfg.name, nodes=cfg.nodes, procs_per_node=cfg.gpus_per_node,
-                       backend=cfg.backend, profile=cluster, device=cfg.device,
+    job = submit_bench(cfg.name, nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node,
+                       backend=cfg.backend, cluster=cluster, device=cfg.device,
                        scopes=tuple(scopes.split(",")), min_bytes=min_bytes,
                        max_bytes=max_bytes, factor=step_factor, overwrite=True)
     job.wait(timeout=timeout, progress=False, raise_on_failure=True)

@@ -77,10 +77,13 @@ def test_real_run_as_local_job_two_nodes_all_ops_all_scopes(run_root, monkeypatc
     """Submitted like any run (local backend: two torchrun agents = two simulated nodes, two
     processes each); every op, every scope; results in the run dir and in the log's table."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    job = comm.submit_bench("bw", nodes=2, procs_per_node=2, backend="local",
+    job = comm.submit_bench("bw", nodes=2, gpus_per_node=2, backend="local",
                             ops=("all_reduce", "all_gather", "reduce_scatter"),
                             min_bytes="1K", max_bytes="64K", factor=8, iters=2, warmup=1)
     assert job.wait(timeout=240, progress=False) is JobState.COMPLETED, job.tail(30)
+    # A program with arguments, not a training run: no config.json, the arguments in job.sh.
+    assert not (job.run_dir / "config.json").exists()
+    assert f"--json-out {job.run_dir}/busbw.jsonl" in (job.run_dir / "job.sh").read_text()
 
     df = comm.read_busbw(job.run_dir)
     # 3 ops x 3 scopes x 3 sizes (1K, 8K, 64K)
@@ -111,8 +114,8 @@ def test_bench_job_on_minicluster_intra_and_inter_node(slurm_cluster, run_root, 
     """Through sbatch on the two-node mini-cluster: one rank per node talks over the shaped
     inter-node link (scope inter), two ranks of one node over loopback (scope intra)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    job = comm.submit_bench("bw-slurm", nodes=2, procs_per_node=2, backend="slurm",
-                            profile=slurm_cluster, min_bytes="4K", max_bytes="256K", factor=8,
+    job = comm.submit_bench("bw-slurm", nodes=2, gpus_per_node=2, backend="slurm",
+                            cluster=slurm_cluster, min_bytes="4K", max_bytes="256K", factor=8,
                             iters=2, warmup=1)
     assert job.wait(timeout=300, progress=False) is JobState.COMPLETED, job.tail(30)
     df = comm.read_busbw(job.run_dir)

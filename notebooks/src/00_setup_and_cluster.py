@@ -111,7 +111,7 @@ print(tok.decode(ds[0][:60].tolist()))
 from labkit.exercises import FIXME, check_world_size
 
 world_size = nodes * gpus_per_node  # EXERCISE: nodes x GPUs per node
-check_world_size(world_size, nodes=nodes, gpus_per_node=gpus_per_node)
+ranks = check_world_size(world_size, nodes=nodes, gpus_per_node=gpus_per_node)
 
 # %% [markdown]
 # megatron-core numbers ranks with TP fastest, then DP, then PP (order `tp-cp-ep-dp-pp`): TP
@@ -120,7 +120,7 @@ check_world_size(world_size, nodes=nodes, gpus_per_node=gpus_per_node)
 # %%
 from labkit.planner import rank_grid
 
-grid = rank_grid(world_size, tp=2, pp=1, gpus_per_node=gpus_per_node)
+grid = rank_grid(ranks.value, tp=2, pp=1, gpus_per_node=gpus_per_node)  # your world_size once it passes
 print(grid.render())
 grid.to_frame()
 

@@ -44,9 +44,9 @@ tp = 2  # EXERCISE
 pp = 2  # EXERCISE
 micro_batch_size = 2  # EXERCISE
 global_batch_size = 8  # EXERCISE
-check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
-             gpus_per_node=gpus_per_node, num_layers=base.num_layers,
-             num_attention_heads=base.num_attention_heads, want_tp=2, want_pp=2)
+layout = check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
+                      gpus_per_node=gpus_per_node, num_layers=base.num_layers,
+                      num_attention_heads=base.num_attention_heads, want_tp=2, want_pp=2)
 
 # %% [markdown]
 # ## 2 Run TP=2 x PP=2
@@ -54,6 +54,8 @@ check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
 # %%
 from labkit.lab import launch
 
+# Your layout once it passes the check above; until then one that the check worked out.
+tp, pp, micro_batch_size, global_batch_size = layout.value
 cfg = base.replace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                    micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
 print(cfg.summary())

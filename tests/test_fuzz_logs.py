@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from labkit.logs import diagnose, parse_log
+from labkit.logs import diagnose, parse_lines
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
 SEEDS = sorted({ln for f in sorted(FIX.glob("*.txt")) for ln in f.read_text(errors="replace").splitlines()
@@ -55,7 +55,7 @@ def mutate(rng: random.Random) -> str | bytes:
 
 
 def _check(lines: list) -> None:
-    parsed = parse_log(lines)
+    parsed = parse_lines(lines)
     assert parsed.parse_errors == 0, parsed.first_parse_error  # the guard must never be needed
     json.dumps(parsed.to_dict(), allow_nan=False)  # the JSON contract holds for any input
     for f in parsed.failure_records:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from labkit.logs import clean_line, parse_log
+from labkit.errors import LabkitError
+from labkit.logs import clean_line, parse_lines, parse_log
 from labkit.logs.parse import ITER_COLUMNS
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
@@ -42,7 +43,7 @@ def test_layout(fixture, layout):
 
 
 def test_engine_format_line():
-    p = parse_log([ENGINE_LINE])
+    p = parse_lines([ENGINE_LINE])
     row = _it(p.iterations, 5)
     assert row["train_iters"] == 30 and row["elapsed_ms"] == 812.3 and row["lm_loss"] == 7.123456
     assert row["lr"] == 9e-4 and row["global_batch_size"] == 8 and row["consumed_samples"] == 40
@@ -135,7 +136,7 @@ def test_deepspeed_engine(fixture):
 def test_prefixes_and_escapes(wrapped, rank):
     line = clean_line(wrapped)
     assert line.rank == rank
-    p = parse_log([wrapped])
+    p = parse_lines([wrapped])
     assert _it(p.iterations, 5)["lm_loss"] == 7.123456
 
 
@@ -159,7 +160,7 @@ def test_interleaved_ranks_keep_their_own_wrapped_pieces():
     a, b = ENGINE_LINE, ENGINE_LINE.replace(" 5/", " 6/").replace("7.123456E+00", "6.5E+00")
     lines = ["[default0]:" + a[:100], "[default1]:" + b[:120], "[default0]:" + a[100:],
              "[default1]:" + b[120:]]
-    its = parse_log(lines).iterations
+    its = parse_lines(lines).iterations
     assert its.set_index("iteration")["lm_loss"].to_dict() == {5: 7.123456, 6: 6.5}
 
 
@@ -219,7 +220,7 @@ def test_grep_and_python_paths_agree(fixture, monkeypatch):
     fast = parse_log(FIX / fixture).to_dict()
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
     slow = parse_log(FIX / fixture).to_dict()
-    lines = parse_log((FIX / fixture).read_text().splitlines()).to_dict()
+    lines = parse_lines((FIX / fixture).read_text().splitlines()).to_dict()
     assert fast == slow == lines
 
 
@@ -244,3 +245,17 @@ def test_fast_iteration_path_agrees_with_the_general_one():
     for t, r in fast:
         if r is not None:
             assert r == _parse_general(t), t
+
+
+def test_parse_log_takes_paths_and_parse_lines_takes_lines(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(ENGINE_LINE + "\n")
+    assert len(parse_log(log).iterations) == len(parse_log(str(log)).iterations) == 1
+    assert parse_log([log, str(log)]).sources == [str(log), str(log)]
+    assert len(parse_lines(iter([ENGINE_LINE.encode() + b"\r\n"])).iterations) == 1
+    with pytest.raises(LabkitError, match="parse_lines"):
+        parse_log(ENGINE_LINE)  # text is not a path: no guessing
+    with pytest.raises(LabkitError, match="parse_lines"):
+        parse_log([ENGINE_LINE])
+    with pytest.raises(LabkitError, match="splitlines"):
+        parse_lines(ENGINE_LINE + "\n")

@@ -1,8 +1,10 @@
 """Training logs -> DataFrames and a diagnosis (Megatron-LM, Megatron-DeepSpeed, gpt-neox,
 DeepSpeed, NCCL, torchrun, Slurm).
 
-    parse_log(path_or_lines) -> ParsedLog     .iterations .memory .validation .params .nccl
-                                               .failures (DataFrames), .layout, .to_dict()
+    parse_log(path) -> ParsedLog              .iterations .memory .validation .params .nccl
+                                               .failures (DataFrames), .layout, .to_dict();
+                                               a list of paths is one run (e.g. per-rank logs)
+    parse_lines(lines) -> ParsedLog           the same from lines already in memory
     parse_run(run_dir) -> ParsedLog           the same, RunConfig fields joined as columns
     load_runs(run_dirs) -> DataFrame          iterations of many runs (groupby(["tp", "pp"]))
     diagnose(log, exit_code=, job_state=)     list[Failure], most likely root cause first
@@ -14,11 +16,11 @@ from __future__ import annotations
 from labkit.logs.diagnosis import detect_hang, diagnose, last_progress
 from labkit.logs.failures import KINDS, Failure
 from labkit.logs.lines import Line, clean_line, iter_lines
-from labkit.logs.parse import ParsedLog, parse_log
+from labkit.logs.parse import ParsedLog, parse_lines, parse_log
 from labkit.logs.runs import load_runs, parse_run
 
 __all__ = ["KINDS", "Failure", "Line", "ParsedLog", "clean_line", "detect_hang", "diagnose",
-           "iter_lines", "last_progress", "load_runs", "parse_log", "parse_run", "summary"]
+           "iter_lines", "last_progress", "load_runs", "parse_lines", "parse_log", "parse_run", "summary"]
 
 
 def summary(p: ParsedLog) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from labkit.logs.failures import HINTS, Failure, rank_failures
 from labkit.logs.megatron import _TIMESTAMP, parse_iteration
-from labkit.logs.parse import parse_log
+from labkit.logs.parse import parse_lines, parse_log
 
 # Slurm's final state -> the failure kind it implies when the log itself is silent.
 _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL": "node_failure",
@@ -22,21 +22,22 @@ _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL"
 _TAIL_BYTES = 4 << 20  # detect_hang reads at most the last 4 MiB
 
 
-def diagnose(log_path_or_lines: str | Path | Iterable[str], *, exit_code: int | None = None,
+def diagnose(log: str | Path | Iterable[str], *, exit_code: int | None = None,
              job_state: str | None = None) -> list[Failure]:
     """Failures of a finished job, most likely root cause first.
 
     Args:
-        log_path_or_lines: the job's log (path, text, or lines).
+        log: the job's log file (a str or Path; one that does not exist yet means the job wrote
+            none, and only the state and exit code count), or its lines (any other iterable).
         exit_code: the job's exit code, if known (``-9``/``137`` mean SIGKILL).
         job_state: the final scheduler state (``TIMEOUT``, ``OUT_OF_MEMORY``, ``NODE_FAIL``, ...).
     Returns:
         A list of :class:`Failure`; empty when nothing points at a failure.
     """
-    src = log_path_or_lines
-    missing = (isinstance(src, Path) or (isinstance(src, str) and "\n" not in src and len(src) < 4096)) \
-        and not Path(src).exists()
-    found = [] if missing else list(parse_log(log_path_or_lines).failure_records)  # no log yet: state only
+    if isinstance(log, (str, Path)):
+        found = list(parse_log(log).failure_records) if Path(log).is_file() else []
+    else:
+        found = list(parse_lines(log).failure_records)
     kinds = {f.kind for f in found}
     # "TIMEOUT", "CANCELLED by 0", "JobState.TIMEOUT" all name the same state
     state = (job_state or "").upper().split(" ")[0].rsplit(".", 1)[-1]

@@ -91,23 +91,15 @@ def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
     return Line(lineno, rank, text, host)
 
 
-def is_text_input(source: object) -> bool:
-    return isinstance(source, str) and ("\n" in source or "\r" in source)
-
-
-def iter_raw(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[tuple[int, bytes | str]]:
-    """Yield (lineno, raw line) from a path, a text blob, or an iterable of lines. Streaming."""
-    if isinstance(source, Path) or (isinstance(source, str) and not is_text_input(source)
-                                    and (len(source) < 4096 or not source.strip())):
-        with open(source, "rb") as f:  # binary: invalid UTF-8 never raises; decoded per line later
-            yield from enumerate(f, 1)
-        return
-    if isinstance(source, str):
-        source = source.splitlines()
-    yield from enumerate(source, 1)
+def iter_file(path: str | Path) -> Iterator[bytes]:
+    """The raw lines of a file, streamed in binary (invalid UTF-8 never raises; decoded per line)."""
+    with open(path, "rb") as f:
+        yield from f
 
 
 def iter_lines(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[Line]:
-    """Every line of ``source``, cleaned (see module docstring)."""
-    for lineno, raw in iter_raw(source):
-        yield clean_line(raw, lineno)
+    """Every line of ``source`` cleaned (see module docstring): a str or Path is a file to read,
+    anything else an iterable of lines."""
+    raw = iter_file(source) if isinstance(source, (str, Path)) else source
+    for lineno, line in enumerate(raw, 1):
+        yield clean_line(line, lineno)

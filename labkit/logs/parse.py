@@ -9,17 +9,18 @@ argument block, torchrun's failure table, hard-wrapped iteration lines) make the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from labkit.errors import LabkitError
 from labkit.logs import deepspeed, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.lines import Line
-from labkit.logs.scan import feed_source
+from labkit.logs.scan import feed_file, feed_lines
 
 ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
                 "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
@@ -283,29 +284,50 @@ def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.Data
 
 def _is_file(s: str | Path) -> bool:
     try:
-        return len(str(s)) < 4096 and "\n" not in str(s) and Path(s).is_file()
-    except (OSError, ValueError):  # too long, NUL bytes, ...: not a path
+        return Path(s).is_file()
+    except (OSError, ValueError):  # too long, NUL bytes, ...: not a file
         return False
 
 
-def _is_path_list(source: Any) -> bool:
-    """A list of existing files is several logs of one run; a list of other strings is lines."""
-    return (isinstance(source, (list, tuple)) and len(source) > 0
-            and all(isinstance(s, Path) or (isinstance(s, str) and _is_file(s)) for s in source))
-
-
-def parse_log(source: str | Path | Iterable[str] | Iterable[bytes] | list[str | Path]) -> ParsedLog:
-    """Parse a training log (a path, a text blob, an iterable of lines, or a list of paths).
+def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
+    """Parse the training log at ``path`` (a file), or several files of one run (e.g. per-rank logs).
 
     Returns a :class:`ParsedLog`; never raises on odd content (unknown fields are ignored, missing
-    ones are null). Several paths are read as parts of one run (e.g. per-rank logs).
+    ones are null). Raises LabkitError if a path is not a file. Text already in memory goes to
+    :func:`parse_lines`.
     """
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    odd = [repr(p)[:80] for p in paths if not isinstance(p, (str, Path))]
+    if odd or not paths:
+        raise LabkitError(f"parse_log takes the path of a log file or a list of paths, got "
+                          f"{', '.join(odd) or 'an empty list'}. For lines of text use parse_lines(lines).")
+    missing = [str(p)[:200] for p in paths if not _is_file(p)]
+    if missing:
+        raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training log "
+                          f"(e.g. runs/<name>/log.txt); for lines of text use parse_lines(lines).")
     col = _Collector()
-    many = _is_path_list(source)
-    sources = [str(s) for s in source] if many else ([str(source)] if isinstance(source, Path) else [])
-    for s in (source if many else [source]):
-        feed_source(col, s)
+    for p in paths:
+        feed_file(col, Path(p))
         col.flush()  # a wrapped line never continues into the next file
+    return _result(col, [str(p) for p in paths])
+
+
+def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
+    """Parse log lines already in memory (str or bytes, with or without their line ends).
+
+    The same records as :func:`parse_log` on a file holding these lines; a str is not accepted
+    (it would be read character by character): pass ``text.splitlines()``.
+    """
+    if isinstance(lines, (str, bytes, bytearray, Path)):
+        raise LabkitError(f"parse_lines takes an iterable of lines, got a {type(lines).__name__}: "
+                          f"use parse_lines(text.splitlines()) for text, parse_log(path) for a file.")
+    col = _Collector()
+    feed_lines(col, lines)
+    col.flush()
+    return _result(col, [])
+
+
+def _result(col: _Collector, sources: list[str]) -> ParsedLog:
     layout = _layout(col)
     failures = rank_failures(col.scanner.failures)
     return ParsedLog(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from labkit.errors import LabkitError
-from labkit.logs.lines import Line, clean_line, iter_raw
+from labkit.logs.lines import Line, clean_line, iter_file
 
 # Every record parser and failure rule is gated on one of these words.
 TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
@@ -51,12 +51,12 @@ def _hit(raw: bytes | str) -> bool:
     return (_TRIGGER_B if isinstance(raw, bytes) else _TRIGGER_RE).search(raw) is not None
 
 
-def feed_lines(col: Collector, source: Any) -> None:
+def feed_lines(col: Collector, lines: Iterable[str] | Iterable[bytes]) -> None:
     """The pure-Python path: every line is tested for a trigger."""
     prev: tuple[int, Any] | None = None
     fed_prev = True
     force = 0
-    for lineno, raw in iter_raw(source):
+    for lineno, raw in enumerate(lines, 1):
         hit = _hit(raw)
         if not (hit or force or col.busy):
             prev, fed_prev = (lineno, raw), False
@@ -130,17 +130,10 @@ def feed_file_grep(col: Collector, path: Path, grep: str) -> None:
                           f"LABKIT_NO_GREP=1 to parse in pure Python.")
 
 
-def feed_source(col: Collector, source: str | Path | Iterable[str] | Iterable[bytes]) -> None:
-    """Feed ``source`` (a path, a text blob or lines) to ``col``; files go through grep if present."""
-    is_file = isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                           and len(source) < 4096 and source.strip() != "")
-    if is_file:
-        path = Path(source)
-        if not path.is_file():
-            raise LabkitError(f"no such log file: {path}. Pass the path of a training log "
-                              f"(e.g. runs/<name>/log.txt) or the lines themselves.")
-        grep = None if os.environ.get("LABKIT_NO_GREP") else shutil.which("grep")
-        if grep:
-            feed_file_grep(col, path, grep)
-            return
-    feed_lines(col, source)
+def feed_file(col: Collector, path: Path) -> None:
+    """Feed the log file at ``path`` to ``col`` (through grep when there is one)."""
+    grep = None if os.environ.get("LABKIT_NO_GREP") else shutil.which("grep")
+    if grep:
+        feed_file_grep(col, path, grep)
+    else:
+        feed_lines(col, iter_file(path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from labkit.cli import jobs, runs, tools
@@ -50,7 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a bad option (2): argparse has said why
         return e.code if isinstance(e.code, int) else 2
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                return int(args.func(args) or 0)
+            finally:  # a library warning (e.g. TP across nodes) as one line, not a source excerpt
+                for msg in dict.fromkeys(str(w.message) for w in caught):
+                    print(f"labkit {args.command}: warning: {msg}", file=sys.stderr)
     except ConfigError as e:
         print(f"labkit {args.command}: {for_cli_users(str(e))}", file=sys.stderr)
         return 2

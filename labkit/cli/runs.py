@@ -24,8 +24,7 @@ def _profiles() -> list[str]:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     presets = _presets()
-    p = sub.add_parser("new", help="write runs/NAME/config.json from a model preset and print "
-                                   "its summary",
+    p = sub.add_parser("new", help="write runs/NAME/config.json from a preset, show its summary",
                        description="Write a run config (runs/NAME/config.json, or under the "
                                    "cluster's run_root) from a model preset, with the device, "
                                    "precision and batch of a notebook profile.")
@@ -55,8 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json(p, '{"valid": ..., "errors": [...]}')
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("plan", help="memory, FLOPs and bubble of a config, or every layout of a "
-                                    "cluster shape",
+    p = sub.add_parser("plan", help="memory, FLOPs, bubble of a config, or every layout",
                        description="With CONFIG.json alone: memory per pipeline stage, FLOPs, "
                                    "bubble and whether it fits. With a cluster shape "
                                    "(--world-size, --nodes, --gpus-per-node): every TP x PP x DP "
@@ -81,7 +79,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json(p, "the plan (a list of valid layouts when sweeping)")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("render", help="print the job script (sbatch or local launch) of a config",
+    p = sub.add_parser("render", help="print the job script (sbatch or local) of a config",
                        description="Print the job script labkit would submit for a config, "
                                    "without submitting anything.")
     p.add_argument("config", metavar="CONFIG.json", help="the run config")

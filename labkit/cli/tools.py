@@ -11,8 +11,7 @@ from labkit.errors import LabkitError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("parse", help="read training logs: layout, iterations, memory, NCCL, "
-                                     "failures",
+    p = sub.add_parser("parse", help="read training logs: layout, iterations, NCCL, failures",
                        description="Parse training logs (Megatron-LM, Megatron-DeepSpeed, "
                                    "gpt-neox, DeepSpeed, NCCL, torchrun, Slurm). Several logs "
                                    "are reported one by one unless --one-run says they are "
@@ -40,7 +39,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json(p, '{"checks": [{"name", "status", "detail", "fix"}]}')
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("cluster", help="the local Slurm mini-cluster: up, down or status (root)",
+    p = sub.add_parser("cluster", help="a Slurm mini-cluster on this machine: up, down, status",
                        description="A real Slurm cluster on this machine: one slurmctld, one "
                                    "slurmd per node, each node in its own network namespace.")
     p.add_argument("action", choices=["up", "down", "status"],
@@ -55,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json(p, "the status")
     p.set_defaults(func=cmd_cluster)
 
-    p = sub.add_parser("regress", help="run the notebook series and compare with a baseline",
+    p = sub.add_parser("regress", help="run the notebooks and compare with a baseline",
                        description="Run the solved notebooks with papermill, compare what they "
                                    "recorded with baselines/PROFILE.json and write a report; "
                                    "exit 1 on a regression or a failed notebook.")

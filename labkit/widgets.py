@@ -56,41 +56,60 @@ def render_layout_html(result: dict[str, Any]) -> str:
             "<table><tr><th>stage</th><th>weights</th><th>grads</th><th>optimizer</th>"
             "<th>activations</th><th>logits</th><th>total GB</th></tr>" + "".join(rows)
             + "</table>"
-            + f"<p>peak {mem.get('peak', float('nan')):.3f} GB per device vs "
-              f"{plan.get('gpu_memory_gb', float('nan'))} GB: {verdict}; pipeline bubble "
+            + f"<p>peak {mem.get('peak', float('nan')):.3f} GB per device; needs "
+              f"{plan.get('required_gb', mem.get('peak', float('nan'))):.3f} GB of "
+              f"{plan.get('gpu_memory_gb', float('nan')):.3g} GB: {verdict}; pipeline bubble "
               f"{plan.get('bubble_fraction', 0):.1%}</p>")
     return "".join(parts)
 
 
+def _memory_field(profile: str, **base: Any) -> tuple[str, float]:
+    """The RunConfig field the planner compares memory against, and its value."""
+    cfg = RunConfig.for_profile(profile, **base)
+    if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
+        return "memory_limit_gb", float(cfg.memory_limit_gb)
+    return "gpu_memory_gb", float(cfg.gpu_memory_gb)
+
+
 def layout_builder(profile: str = "cpu", *, nodes: int = 2, gpus_per_node: int = 2,
                    **base: Any) -> Any:
-    """TP / PP / micro / global batch sliders; every change is validated and planned.
+    """TP / PP / micro / global batch sliders and the memory per rank; every change is
+    validated and planned (a ConfigError's message is shown as it is).
 
     Returns the widget (display it as the cell's last expression). ``base`` holds further
-    RunConfig fields (e.g. ``num_layers``).
+    RunConfig fields (e.g. ``num_layers``). The memory slider sets what ``fits`` compares with:
+    ``gpu_memory_gb``, or ``memory_limit_gb`` on a CPU profile that has such a cap.
     """
     import ipywidgets as w
 
     ws = nodes * gpus_per_node
+    defaults = RunConfig.for_profile(profile, **base)
+    mem_field, mem_gb = _memory_field(profile, **base)
     tp = w.IntSlider(value=1, min=1, max=ws, description="TP")
     pp = w.IntSlider(value=1, min=1, max=ws, description="PP")
-    mbs = w.IntSlider(value=RunConfig.for_profile(profile).micro_batch_size, min=1, max=32,
-                      description="micro batch")
-    gbs = w.IntSlider(value=RunConfig.for_profile(profile).global_batch_size, min=1, max=512,
+    mbs = w.IntSlider(value=defaults.micro_batch_size, min=1, max=32, description="micro batch")
+    gbs = w.IntSlider(value=defaults.global_batch_size, min=1, max=512,
                       description="global batch")
+    mem = w.FloatLogSlider(value=mem_gb, base=10, min=-3, max=3, step=0.05,
+                           description="GB per rank", readout_format=".3g")
     panel = w.HTML()
+    panel.add_class("labkit-layout-panel")
 
     def update(*_: Any) -> None:
+        fields = {**base, mem_field: mem.value}
         result = evaluate_layout(profile, nodes=nodes, gpus_per_node=gpus_per_node,
                                  tensor_model_parallel_size=tp.value,
                                  pipeline_model_parallel_size=pp.value,
-                                 micro_batch_size=mbs.value, global_batch_size=gbs.value, **base)
+                                 micro_batch_size=mbs.value, global_batch_size=gbs.value,
+                                 **fields)
         panel.value = render_layout_html(result)
 
-    for s in (tp, pp, mbs, gbs):
+    for s in (tp, pp, mbs, gbs, mem):
         s.observe(update, names="value")
     update()
-    return w.VBox([w.HBox([tp, pp]), w.HBox([mbs, gbs]), panel])
+    box = w.VBox([w.HBox([tp, pp]), w.HBox([mbs, gbs, mem]), panel])
+    box.add_class("labkit-layout-builder")
+    return box
 
 
 def job_snapshot(job: Any, lines: int = 5) -> str:

@@ -67,3 +67,11 @@ def test_lab_helpers(run_root):
     assert v.loc["no-such-package-xyz", "version"] == "missing"
     df = pd.DataFrame({"elapsed_ms": [900.0, 100.0, 110.0, 120.0]})
     assert lab.steady_median(df) == pytest.approx(110.0)
+
+
+def test_layout_builder_memory_slider_flips_the_verdict():
+    box = widgets.layout_builder("cpu", nodes=2, gpus_per_node=2)
+    mem, panel = box.children[1].children[2], box.children[2]
+    assert "does NOT fit" not in panel.value and "fits" in panel.value
+    mem.value = 0.001
+    assert "does NOT fit" in panel.value and "of 0.001 GB" in panel.value

@@ -1,8 +1,10 @@
 """Never crash, never hang: 100k+ lines derived from real-format lines, in 4 chunks of ~25k.
 
 Each hypothesis example is a whole log (400-600 lines, from a drawn seed): lines of our
-fixtures (each a documented format) cut, spliced, prefixed, escaped, repeated and sprinkled
-with bad bytes. pytest-timeout turns a catastrophic-backtracking regex into a failure instead of
+fixtures (each a documented format) and of the real logs users posted (fixtures/logs/real)
+cut, spliced, prefixed, escaped, repeated and sprinkled with bad bytes. Each real log is also
+replayed whole: hard-wrapped at random widths, truncated, interleaved as several ranks, mutated.
+pytest-timeout turns a catastrophic-backtracking regex into a failure instead of
 a hung CI job. Only the generate phase runs: shrinking a seed is meaningless and slow.
 """
 
@@ -16,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from labkit.logs import diagnose, parse_lines
+from labkit.logs import diagnose, parse_lines, parse_log
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
-SEEDS = sorted({ln for f in sorted(FIX.glob("*.txt")) for ln in f.read_text(errors="replace").splitlines()
-                if ln.strip()})
+REAL = sorted((FIX / "real").glob("*.txt"))
+SEEDS = sorted({ln for f in sorted(FIX.glob("*.txt")) + REAL
+                for ln in f.read_text(errors="replace").splitlines() if ln.strip()})
 PREFIXES = ["", "[default3]:", "[rank12]:", "7: ", "node042: ", "[1,4]<stdout>:", "\x1b[31m",
             "0: [default1]:", "progress 50%\r", "[rank1]: ", "   3: "]
 NOISE = ["|", ":", " ", "\r", "\x1b[", "&quot;", "&#", "[", "]", "(", ")", "/", "E+", "nan", "inf", "-",
@@ -29,9 +32,9 @@ NOISE = ["|", ":", " ", "\r", "\x1b[", "&quot;", "&#", "[", "]", "(", ")", "/", 
          "***", "Rank ", "SeqNum=", "\t", "9" * 30, "..."]
 
 
-def mutate(rng: random.Random) -> str | bytes:
+def mutate(rng: random.Random, line: str | None = None) -> str | bytes:
     """One real-format line, damaged the ways real logs are."""
-    line = rng.choice(SEEDS)
+    line = rng.choice(SEEDS) if line is None else line
     op = rng.randrange(8)
     if op == 1:  # cut anywhere (hard wrap, truncated write)
         i = rng.randrange(len(line) + 1)
@@ -100,3 +103,37 @@ def test_fuzz_chunk(chunk):
 def test_pathological_lines_finish(line):
     _check([line, line[: len(line) // 2], "tail"])
     diagnose([line], exit_code=-9)
+
+
+def _variants(lines: list[str], rng: random.Random) -> list[list]:
+    """A real log replayed the ways it gets damaged: wrapped, truncated, interleaved, mutated."""
+    width = rng.randint(20, 160)
+    wrapped = [ln[i:i + width] for ln in lines for i in range(0, max(len(ln), 1), width)]
+    text = "\n".join(lines)
+    cut = text[: rng.randrange(len(text) + 1)].splitlines()
+    prefixes = rng.choice([["[default{}]:", "[rank{}]:"], ["{}: ", "  {}: "], ["[1,{}]<stdout>:"]])
+    ranks = rng.randint(2, 5)
+    streams = [[rng.choice(prefixes).format(r) + ln for ln in (wrapped if r % 2 else lines)]
+               for r in range(ranks)]
+    interleaved = []
+    while any(streams):
+        s = rng.choice([s for s in streams if s])
+        interleaved.append(s.pop(0))
+    mutated = [mutate(rng, ln) if rng.random() < 0.3 else ln for ln in lines]
+    return [wrapped, cut, interleaved, mutated]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("log", REAL, ids=[p.stem for p in REAL])
+def test_real_logs_damaged(log, tmp_path):
+    lines = log.read_text(errors="replace").splitlines()
+    for seed in range(3):
+        for i, variant in enumerate(_variants(lines, random.Random(f"{log.name}:{seed}"))):
+            _check(variant)
+            if seed == 0 and i == 2:  # the file path too (grep pre-filter, context reads)
+                path = tmp_path / "log.txt"
+                path.write_bytes(b"\n".join(v if isinstance(v, bytes) else v.encode("utf-8", "surrogatepass")
+                                            for v in variant))
+                parsed = parse_log(path)
+                assert parsed.parse_errors == 0, parsed.first_parse_error
+                json.dumps(parsed.to_dict(), allow_nan=False)

@@ -8,6 +8,8 @@ step = iteration. This reads them with TensorBoard's own event loader (both the 
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +69,19 @@ def scalars_wide(tb_dir: str | Path) -> pd.DataFrame:
     """One row per step, one column per tag (the last value written for a step wins)."""
     df = read_scalars(tb_dir)
     return df.pivot_table(index="step", columns="tag", values="value", aggfunc="last").reset_index()
+
+
+def tensorboard_command(logdir: str | Path | None = None, *, port: int = 6006,
+                        host: str = "localhost") -> list[str]:
+    """The command line that serves ``logdir`` (default: the run root, absolute) in TensorBoard.
+
+    TensorBoard lists each ``<run>/tb`` folder under it as a run. ``host`` is the address it
+    listens on: ``localhost`` for a browser on this machine or an ssh tunnel to it.
+    """
+    if logdir is None:
+        from labkit.paths import run_root
+
+        logdir = run_root()
+    exe = Path(sys.executable).with_name("tensorboard")
+    prog = str(exe) if exe.exists() else (shutil.which("tensorboard") or "tensorboard")
+    return [prog, "--logdir", str(Path(logdir).resolve()), "--port", str(port), "--host", host]

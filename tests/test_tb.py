@@ -45,3 +45,13 @@ def test_missing_or_empty_folder_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(LabkitError, match="no TensorBoard event file"):
         read_scalars(tmp_path / "empty")
+
+
+def test_tensorboard_command_serves_the_absolute_run_root(run_root, monkeypatch, tmp_path):
+    from labkit.tb import tensorboard_command
+
+    cmd = tensorboard_command(port=6123)
+    assert cmd[1:] == ["--logdir", str(run_root.resolve()), "--port", "6123", "--host", "localhost"]
+    assert cmd[0].endswith("tensorboard")
+    monkeypatch.chdir(tmp_path)
+    assert tensorboard_command("rel")[2] == str(tmp_path / "rel")  # never a relative folder

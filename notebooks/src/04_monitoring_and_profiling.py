@@ -46,13 +46,27 @@ assert final == "COMPLETED", job.tail(30)
 # %% [markdown]
 # ## 2 TensorBoard scalars
 #
-# The training script writes TensorBoard event files to `runs/<name>/tb/`. To browse them:
-# in a terminal `tensorboard --logdir runs --port 6006` (on a cluster, forward the port:
-# `ssh -L 6006:localhost:6006 login-node`), or inside Jupyter `%load_ext tensorboard` then
-# `%tensorboard --logdir runs`. Here we read them back as a DataFrame.
+# The training script writes TensorBoard event files to `<run root>/<name>/tb/`; TensorBoard
+# lists each of them as a run. TensorBoard is a small web server: start it on the run root with
+# the command printed below (in a terminal, where the runs are), then open its address.
+# - **On this machine**: open http://localhost:6006.
+# - **On a cluster**: start it on the login node (the runs are on the shared file system) and
+#   forward the port from your laptop: `ssh -L 6006:localhost:6006 you@login-node`, then open
+#   http://localhost:6006 on the laptop. Take another port if 6006 is in use (`--port`), the
+#   same on both sides.
+# - **Through JupyterLab**: with `jupyter-server-proxy` installed next to JupyterLab, the
+#   JupyterLab server forwards to it: open `<your JupyterLab address>/proxy/6006/` (keep the
+#   final `/`); no second tunnel is needed.
+#
+# Here we also read the scalars back as a DataFrame.
 
 # %%
-from labkit.tb import read_scalars
+import shlex
+
+from labkit.paths import run_root
+from labkit.tb import read_scalars, tensorboard_command
+
+print("$", shlex.join(tensorboard_command(run_root(), port=6006)))
 
 tb = read_scalars(job.run_dir / "tb")
 print(sorted(tb["tag"].unique()))

@@ -1,9 +1,9 @@
 """Hang watchdog: while labkit waits on a job, no new iteration line for too long is a ``hang``.
 
 A hung multi-node job prints nothing and burns its allocation until the time limit. The
-watchdog rides on ``Job.wait``'s watcher hook and, once the log has been quiet longer than
-``timeout_s`` (``labkit.logs.detect_hang`` decides, with the log parser's own iteration-line
-recognition), it builds a diagnosis:
+watchdog rides on ``Job.wait``'s poll hook and, once the log has been quiet longer than
+``timeout_s`` (``labkit.logs.last_progress`` finds the last iteration, with the log parser's
+own iteration-line recognition), it builds a diagnosis:
 
 - which ranks stopped printing and the last line of each (ranks named by the log's
   ``[rankN]:`` / ``[defaultN]:`` / srun ``N:`` prefixes, read with ``labkit.logs``),
@@ -12,10 +12,13 @@ recognition), it builds a diagnosis:
   inside a collective and the odd ones that do not (usually the culprit),
 - a hint that names the usual causes.
 
-    job.wait(on_poll=HangWatchdog(timeout_s=120, cancel=True))   # raises HangError
-    watch(job, hang_timeout_s=120)                                  # the same, shorter
-    w = enable(hang_timeout_s=120)    # every Job.wait in this process (a notebook) is watched
-    disable(w)
+    job.wait(hang_timeout=120)                   # raises HangError after cancelling the job
+    watch(job, hang_timeout_s=120)               # the same, with a separate start-up allowance
+    job.wait(on_poll=HangWatchdog(timeout_s=120, cancel=False))   # diagnose, leave it running
+
+The job is taken as it is given (``job_id``, ``name``, ``backend``, ``info``, ``run_dir``,
+``log_path``, ``state()``, ``cancel()``, ``wait()``): this module imports nothing from
+``labkit.backends``, which imports it when ``Job.wait(hang_timeout=...)`` asks.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit._logging import log
-from labkit.backends.job import Job, JobState, Watcher, add_watcher, remove_watcher
 from labkit.errors import JobFailedError
-from labkit.logs import Failure, clean_line, detect_hang, last_progress
+from labkit.logs import Failure, clean_line, last_progress
+
+if TYPE_CHECKING:
+    from labkit.backends.job import Job, JobState
 
 HANG_HINT = (
     "usual causes: (1) the network interface or a firewall: peers cannot connect, so set "
@@ -282,16 +287,26 @@ class HangWatchdog:
         self.stacks, self.cancel, self.save = stacks, cancel, save
         self.follower = _LogFollower()
         self.report: HangReport | None = None
+        self.since: float | None = None
 
     def __call__(self, job: Job, state: JobState) -> None:
+        now = time.time()
+        if self.since is None:
+            self.since = now
         self.follower.poll(job.log_path)
-        if state is not JobState.RUNNING or not job.log_path.exists():
+        if str(state) != "RUNNING" or not job.log_path.exists():
             return
         t, it = last_progress(job.log_path)
-        limit = self.timeout_s if it is not None else self.startup_timeout_s
-        if detect_hang(job.log_path, timeout_s=limit) is None:
+        if it is not None and t >= self.since:  # training: only a new iteration is progress
+            quiet, limit = now - t, self.timeout_s
+        else:
+            # Start-up (or only a previous attempt's iterations, as in a resumed run's log):
+            # any new log line is progress, and nothing before watching began is blamed.
+            quiet = now - max(job.log_path.stat().st_mtime, self.since)
+            limit = self.startup_timeout_s
+        if quiet <= limit:
             return
-        report = diagnose_hang(job, quiet_s=time.time() - t, last_iteration=it,
+        report = diagnose_hang(job, quiet_s=quiet, last_iteration=it,
                                follower=self.follower, stacks=self.stacks)
         self.report = report
         if self.save:
@@ -319,24 +334,8 @@ class HangWatchdog:
 def watch(job: Job, hang_timeout_s: float = 300.0, *, cancel: bool = True,
           **wait_kwargs: Any) -> JobState:
     """``job.wait(...)`` with a HangWatchdog: raises HangError (after cancelling the job, by
-    default) instead of waiting out a hang."""
+    default) instead of waiting out a hang. ``startup_timeout_s`` in ``wait_kwargs`` allows
+    longer before the first iteration line; the rest go to ``job.wait``."""
     wd = HangWatchdog(hang_timeout_s, cancel=cancel,
                       startup_timeout_s=wait_kwargs.pop("startup_timeout_s", None))
     return job.wait(on_poll=wd, **wait_kwargs)
-
-
-def enable(hang_timeout_s: float = 300.0, **kwargs: Any) -> Watcher:
-    """Watch every ``Job.wait`` of this process (one HangWatchdog per job); returns the
-    watcher so ``disable`` can remove it. ``kwargs`` go to HangWatchdog."""
-    per_job: dict[str, HangWatchdog] = {}
-
-    def watcher(job: Job, state: JobState) -> None:
-        wd = per_job.setdefault(job.job_id, HangWatchdog(hang_timeout_s, **kwargs))
-        wd(job, state)
-
-    add_watcher(watcher)
-    return watcher
-
-
-def disable(watcher: Watcher) -> None:
-    remove_watcher(watcher)

@@ -4,25 +4,21 @@ backend and on the mini-cluster, plus the log/stack readers on output captured f
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from labkit import backends
-from labkit.backends.job import WATCHERS, JobState
+from labkit.backends.job import Job, JobState
 from labkit.config import RunConfig
+from labkit.errors import ConfigError
 from labkit.logs import detect_hang
-from labkit.watchdog import (
-    HANG_HINT,
-    HangError,
-    HangWatchdog,
-    _LogFollower,
-    disable,
-    enable,
-    parse_stack,
-    py_spy,
-)
+from labkit.watchdog import HANG_HINT, HangError, HangWatchdog, _LogFollower, parse_stack, py_spy
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_JOB = REPO / "tests" / "programs" / "hang_job.py"
@@ -50,6 +46,47 @@ def test_log_follower_names_each_ranks_last_line():
     # The log parser's hang test agrees: last iteration 2, quiet long after its timestamp.
     hang = detect_hang(log, timeout_s=60, now=time.time() + 3600)
     assert hang is not None and hang.kind == "hang" and "after iteration 2" in hang.message
+
+
+class _SeenJob:
+    """What the watchdog reads of a job (it takes any object with these)."""
+
+    def __init__(self, run_dir: Path):
+        self.job_id, self.name, self.backend, self.info = "local-0", "seen", "local", {}
+        self.run_dir, self.log_path = run_dir, run_dir / "log.txt"
+
+    def state(self) -> str:
+        return "RUNNING"
+
+
+def test_quiet_time_counts_from_when_watching_began(tmp_path):
+    """A log that ends with an earlier attempt's iteration (a resumed run) is not a hang when
+    watching starts; the same log quiet for longer than the timeout since then is one."""
+    job = _SeenJob(tmp_path)
+    shutil.copy(FIX / "logs" / "labkit_hang_job_2026.txt", job.log_path)
+    wd = HangWatchdog(timeout_s=5, stacks=False, cancel=False, save=False)
+    wd(job, JobState.RUNNING)  # the last iteration line may be days old: not blamed
+    wd(job, JobState.PENDING)
+    now = time.time()
+    wd.since = now - 100  # as if this wait began 100 s ago, and the log last grew 50 s ago
+    os.utime(job.log_path, (now - 50, now - 50))
+    with pytest.raises(HangError) as e:
+        wd(job, JobState.RUNNING)
+    assert e.value.report.quiet_s >= 50 and e.value.report.last_iteration == 2
+    assert e.value.state == "RUNNING" and wd.report is e.value.report
+
+
+def test_watchdog_imports_nothing_from_backends():
+    code = "import sys, labkit.watchdog; print(sorted(m for m in sys.modules if 'backends' in m))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), "60", True])
+def test_wait_refuses_a_nonsense_hang_timeout(tmp_path, bad):
+    job = Job(job_id="local-1", name="r", run_dir=tmp_path, backend="local")
+    with pytest.raises(ConfigError, match="hang_timeout"):
+        job.wait(hang_timeout=bad, progress=False)
 
 
 def _submit(name: str, **extra) -> backends.Job:
@@ -93,14 +130,24 @@ def test_real_hang_is_diagnosed_with_stacks_and_cancelled(run_root, monkeypatch)
 def test_job_that_keeps_printing_is_not_a_hang(run_root, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     job = _submit("nohang", iters=3, step_s=0.5)
-    watcher = enable(hang_timeout_s=30, startup_timeout_s=120)  # the registered-watcher path
-    try:
-        assert watcher in WATCHERS
-        assert job.wait(timeout=240, progress=False) is JobState.COMPLETED
-    finally:
-        disable(watcher)
-    assert watcher not in WATCHERS
+    assert job.wait(timeout=240, progress=False, hang_timeout=60) is JobState.COMPLETED
     assert not list(job.run_dir.glob("hang-*"))
+
+
+@pytest.mark.engine
+def test_wait_with_hang_timeout_diagnoses_and_cancels(run_root, monkeypatch):
+    """``job.wait(hang_timeout=...)``, what notebooks and ``labkit watch`` use."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job = _submit("hang-wait", hang_at=2, hang_rank=0, pg_timeout=300, step_s=0.5)
+    try:
+        with pytest.raises(HangError) as e:
+            job.wait(timeout=240, progress=False, hang_timeout=30)
+    finally:
+        if not job.state().finished:
+            job.cancel()
+    assert e.value.report.last_iteration == 1
+    assert job.wait(timeout=60, progress=False) is JobState.CANCELLED
+    assert len(list(job.run_dir.glob("hang-*.txt"))) == 1
 
 
 @pytest.mark.slurm
@@ -110,7 +157,7 @@ def test_real_hang_on_minicluster(slurm_cluster, run_root, monkeypatch):
     cfg = RunConfig(name="hang-slurm", nodes=2, gpus_per_node=1, backend="slurm",
                     extra={"hang_at": 2, "hang_rank": 1, "pg_timeout": 300})
     job = backends.submit(cfg, backend="slurm", program=HANG_JOB,
-                          profile=slurm_cluster)
+                          cluster=slurm_cluster)
     try:
         with pytest.raises(HangError) as e:
             job.wait(timeout=300, progress=False,

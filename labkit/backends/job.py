@@ -4,9 +4,10 @@ A Job is recorded in its run directory (``job.json``: id, backend, when), so ano
 restarted notebook kernel, ``labkit status``) can load it, and so labkit only ever touches jobs
 it submitted itself. The backend modules (``local``, ``slurm``) answer ``states`` and ``cancel``.
 
-Extension point for watchers (hang detection, doctor): ``wait(on_poll=fn)`` or
-``add_watcher(fn)``; each is called as ``fn(job, state)`` after every poll and may raise to stop
-waiting.
+Watching a job: ``wait(hang_timeout=S)`` runs the hang watchdog (``labkit.watchdog``), and
+``wait(on_poll=fn)`` calls ``fn(job, state)`` after every poll (it may raise to stop waiting).
+The dependency goes one way: this module imports the watchdog when asked to, and the watchdog
+takes the job as it is given, importing nothing from ``labkit.backends``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import JobFailedError, LabkitError
+from labkit.errors import ConfigError, JobFailedError, LabkitError
 from labkit.paths import run_root
 
 
@@ -46,19 +47,7 @@ FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, J
                       JobState.OUT_OF_MEMORY, JobState.NODE_FAIL})
 JOB_FILE = "job.json"
 Watcher = Callable[["Job", JobState], None]
-WATCHERS: list[Watcher] = []
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
-
-
-def add_watcher(fn: Watcher) -> None:
-    """Call ``fn(job, state)`` after every poll of every ``Job.wait``."""
-    if fn not in WATCHERS:
-        WATCHERS.append(fn)
-
-
-def remove_watcher(fn: Watcher) -> None:
-    if fn in WATCHERS:
-        WATCHERS.remove(fn)
 
 
 def backend_module(name: str) -> Any:
@@ -145,15 +134,29 @@ class Job:
     # --- waiting --------------------------------------------------------------------------
     def wait(self, timeout: float | None = None, progress: bool = True,
              raise_on_failure: bool = False, on_poll: Watcher | None = None,
-             max_interval: float = 5.0) -> JobState:
+             max_interval: float = 5.0, hang_timeout: float | None = None) -> JobState:
         """Poll until the job finishes (or ``timeout`` seconds pass); returns the last state.
 
         Polls back off from 0.5 s to ``max_interval``. ``progress`` shows a tqdm bar (terminal
         or Jupyter, on stderr) of the training iterations found in the log. With
         ``raise_on_failure`` a finished state other than COMPLETED raises JobFailedError with
-        the log's tail and a hint. ``on_poll(job, state)`` and registered watchers run after
-        every poll.
+        the log's tail and a hint. ``on_poll(job, state)`` runs after every poll.
+
+        ``hang_timeout``: seconds without a new log line before the first iteration, or without
+        a new iteration after it, that count as a hang. The hang watchdog then writes its
+        diagnosis (each rank's last line, py-spy stacks, suspect ranks) to
+        ``hang-*.txt`` in the run directory, cancels the job and raises
+        ``labkit.watchdog.HangError`` (a JobFailedError) with the report.
         """
+        watchers = [on_poll] if on_poll else []
+        if hang_timeout is not None:
+            if isinstance(hang_timeout, bool) or not isinstance(hang_timeout, (int, float)) \
+                    or not hang_timeout > 0:
+                raise ConfigError(f"hang_timeout={hang_timeout!r} must be a number of seconds "
+                                  f"> 0 (e.g. 300), or None for no hang watchdog")
+            from labkit.watchdog import HangWatchdog
+
+            watchers.append(HangWatchdog(hang_timeout, cancel=True))
         start, delay = time.time(), 0.5
         bar = _Progress(self) if progress else None
         try:
@@ -161,7 +164,7 @@ class Job:
                 st = self.state()
                 if bar:
                     bar.update(st)
-                for fn in ([on_poll] if on_poll else []) + list(WATCHERS):
+                for fn in watchers:
                     fn(self, st)
                 if st.finished or (timeout is not None and time.time() - start >= timeout):
                     break

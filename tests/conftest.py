@@ -43,10 +43,10 @@ def slurm_cluster():
 
     was_up = minicluster.is_up()
     try:
-        profile = minicluster.cluster_up()
+        cluster = minicluster.cluster_up()
     except Exception as e:  # noqa: BLE001 - any start-up failure is reported the same way
         skip_or_fail(f"labkit cluster up failed: {e}")
-    yield profile
+    yield cluster
     if not was_up:
         minicluster.cluster_down()
 

@@ -310,8 +310,7 @@ MEGATRON_FLAGS = {
     if name not in _NOT_MEGATRON
 }
 # Names older config.json files used; ``from_json`` reads them as the new ones.
-_RENAMED = {"profile": "torch_profiler", "profile_ranks": "torch_profiler_ranks",
-            "procs_per_node": "gpus_per_node"}
+_RENAMED = {"profile": "torch_profiler", "profile_ranks": "torch_profiler_ranks"}
 
 
 def _reject_unknown(data: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@
     wait_for_iteration(job, n)         block until the log shows iteration n (kill-and-resume)
     run_allreduce_bench(cfg, ...)      code/allreduce_bench.py on the run's nodes -> DataFrame
     steady_median(df, column)          a median that leaves out the warm-up iterations
+    throughput(df, gpu_model=...)      tokens/s (per device), model TFLOP/s and MFU per run
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ def _finished_same_run(cfg: RunConfig) -> Path | None:
 
 
 def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: bool = True,
-           progress: bool = True, timeout: float | None = None, resume: bool = False) -> Any:
+           progress: bool = True, timeout: float | None = None, resume: bool = False,
+           hang_timeout: float | None = None) -> Any:
     """Submit ``cfg`` (its own backend) and wait; returns the ``Job``.
 
     With ``reuse`` a run of the very same config that already finished with exit code 0 is
     returned instead of training again (notebook 02 reuses 01's run this way). Otherwise an
     earlier run directory of the same name is moved aside (never deleted) and the job starts.
+    ``hang_timeout`` (seconds) waits with the hang watchdog (``Job.wait``).
     """
     from labkit.backends import Job, submit
 
@@ -62,7 +65,7 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
         return Job.load(d)
     job = submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
-        job.wait(timeout=timeout, progress=progress)
+        job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout)
     return job
 
 
@@ -97,6 +100,44 @@ def steady_median(df: pd.DataFrame, column: str = "elapsed_ms", skip: int = 1) -
     """Median of a column without the first ``skip`` iterations (start-up, not steady state)."""
     s = df[column].dropna()
     return float(s.iloc[skip:].median() if len(s) > skip else s.median())
+
+
+def throughput(df: pd.DataFrame, *, by: str = "name", gpu_model: str | None = None,
+               skip: int = 1) -> pd.DataFrame:
+    """Per run (or per ``by`` value): median tokens/s, tokens/s per device, model TFLOP/s per
+    device and MFU, without the first ``skip`` iterations of each run.
+
+    ``df``: iterations from ``labkit.logs.load_runs`` (config columns joined). MFU is model
+    FLOP/s per device over the device's dense peak (``labkit.hardware.PEAK_TFLOPS``, for the
+    run's precision), a GPU figure: it is left empty for runs on ``device="cpu"`` (a CPU has no
+    peak in that table), and for GPU runs when the GPU model is unknown. ``gpu_model`` names it
+    (e.g. ``"H100"``); None: the GPU this Python process sees, if any.
+    """
+    from labkit.metrics import add_throughput, mfu
+
+    d = add_throughput(df)
+    if skip and "iteration" in d.columns:
+        d = d[d.groupby("run_dir")["iteration"].rank(method="first") > skip]
+    rows = []
+    for key, g in d.groupby(by, sort=False):
+        world, device = int(g["world_size"].iloc[0]), g["device"].iloc[0]
+        tokens, tflops = float(g["tokens_per_sec"].median()), float(g["tflops_per_gpu"].median())
+        gpu = (gpu_model or _visible_gpu()) if device == "cuda" else None
+        rows.append({by: key, "world_size": world, "device": device,
+                     "tokens_per_sec": tokens, "tokens_per_sec_per_device": tokens / world,
+                     "model_tflops_per_device": tflops,
+                     "mfu": mfu(tflops, device=gpu, precision=g["precision"].iloc[0])
+                     if gpu else float("nan")})
+    return pd.DataFrame(rows).set_index(by)
+
+
+def _visible_gpu() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # no CUDA here (a login node): MFU stays empty rather than guessed
+        return None
 
 
 # --- the all-reduce benchmark as a job -------------------------------------------------------

@@ -75,3 +75,47 @@ def test_layout_builder_memory_slider_flips_the_verdict():
     assert "does NOT fit" not in panel.value and "fits" in panel.value
     mem.value = 0.001
     assert "does NOT fit" in panel.value and "of 0.001 GB" in panel.value
+
+
+def test_throughput_per_device_and_mfu_from_a_real_engine_log(tmp_path):
+    """Tokens/s per device from a log of our engine (tests/fixtures/logs/labkit_engine_2026.txt,
+    world size 4, global batch 8); MFU only for a GPU run with a known GPU model."""
+    import math
+    import re
+    import shutil
+
+    from labkit import lab
+    from labkit.config import RunConfig
+    from labkit.logs import load_runs
+    from labkit.metrics import model_flops_per_iteration, peak_tflops
+
+    log = REPO / "tests" / "fixtures" / "logs" / "labkit_engine_2026.txt"
+    cpu = RunConfig(name="cpu_run", nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,
+                    pipeline_model_parallel_size=2, micro_batch_size=2, global_batch_size=8)
+    gpu = RunConfig.for_profile("gpu", name="gpu_run", nodes=2, gpus_per_node=2,
+                                tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                                micro_batch_size=2, global_batch_size=8)
+    for cfg in (cpu, gpu):
+        (tmp_path / cfg.name).mkdir()
+        shutil.copy(log, tmp_path / cfg.name / "log.txt")
+        cfg.to_json(tmp_path / cfg.name / "config.json")
+    df = load_runs([tmp_path / "cpu_run", tmp_path / "gpu_run"])
+    # Expected values from the log's own numbers, read here without labkit's parser.
+    elapsed = [float(m) for m in re.findall(r"elapsed time per iteration \(ms\): ([\d.]+)",
+                                            log.read_text())]
+    steady = sorted(elapsed[1:])
+    mid = len(steady) // 2
+    median_ms = steady[mid] if len(steady) % 2 else (steady[mid - 1] + steady[mid]) / 2
+
+    t = lab.throughput(df, gpu_model="H100")
+    row = t.loc["cpu_run"]
+    assert row["world_size"] == 4 and row["device"] == "cpu"
+    assert row["tokens_per_sec_per_device"] == pytest.approx(
+        8 * cpu.seq_length / (median_ms / 1e3) / 4, rel=1e-6)
+    assert math.isnan(row["mfu"])  # no CPU peak: MFU is a GPU figure
+    g = t.loc["gpu_run"]
+    expected_tflops = model_flops_per_iteration(gpu) / (median_ms / 1e3) / 4 / 1e12
+    assert g["model_tflops_per_device"] == pytest.approx(expected_tflops, rel=1e-6)
+    assert g["mfu"] == pytest.approx(expected_tflops / peak_tflops("H100", gpu.precision))
+    assert math.isnan(lab.throughput(df[df["name"] == "gpu_run"], gpu_model=None)["mfu"].iloc[0]) \
+        or lab._visible_gpu() is not None

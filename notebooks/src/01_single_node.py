@@ -15,6 +15,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUST
 nodes = 1  # this notebook stays on one node
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations of the run; keep it small on CPU
+gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 run_name = "nb01_dp"  # the run's folder: runs/<run_name>/ (notebook 02 reuses this run)
 
 # %% [markdown]
@@ -96,6 +97,20 @@ from labkit.logs import parse_run
 run = parse_run(job.run_dir)
 print(run.layout)
 run.iterations[["iteration", "elapsed_ms", "lm_loss", "lr", "grad_norm", "tokens_per_sec"]]
+
+# %% [markdown]
+# **Throughput.** Tokens per second *per device* is the number to compare across layouts and
+# machines. **MFU** (model FLOPs utilisation) is the model's FLOP/s per GPU over the GPU's dense
+# peak (`labkit.hardware.PEAK_TFLOPS`, for the precision trained in); large trainings report
+# about 40 % (Llama 3 405B on H100s: 38-43 %). It is a GPU figure: on `profile="cpu"` the
+# `mfu` column stays empty, because a CPU has no peak in that table and a tiny model on gloo
+# says nothing about a GPU.
+
+# %%
+from labkit.lab import throughput
+from labkit.logs import load_runs
+
+throughput(load_runs([job.run_dir]), gpu_model=gpu_model)
 
 # %% [markdown]
 # ## 5 Loss and iteration time

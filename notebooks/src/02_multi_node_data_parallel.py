@@ -13,6 +13,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUST
 nodes = 2  # nodes of the multi-node run
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
+gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 one_node_run = "nb01_dp"  # the 1-node run of notebook 01 (reused when it exists)
 run_name = "nb02_dp_2nodes"  # the 2-node run's folder under runs/
 
@@ -88,6 +89,16 @@ from labkit.lab import steady_median
 t1 = steady_median(df[df["name"] == one.name])
 t2 = steady_median(df[df["name"] == two.name])
 print(f"median iteration time: 1 node {t1:.1f} ms, {nodes} nodes {t2:.1f} ms")
+
+# %% [markdown]
+# Per device, the two runs should do the same work per second: the drop in tokens/s per device
+# is what the inter-node all-reduce costs. (MFU, the share of the GPUs' peak, is filled in on
+# GPUs only; see notebook 01.)
+
+# %%
+from labkit.lab import throughput
+
+throughput(df, gpu_model=gpu_model)
 
 # %% [markdown]
 # **Exercise 5.1**: in weak scaling the ideal is the same iteration time on more nodes. The

@@ -14,6 +14,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUST
 nodes = 1  # nodes of the runs in this notebook
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
+gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
 one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
 memory_limit_gb = 1.0  # per-rank memory cap of the OOM demo (CPU: a real address-space limit)
@@ -64,6 +65,16 @@ from labkit.lab import steady_median
 
 tput = {m: steady_median(df[df["micro_batch_size"] == m], "tokens_per_sec") for m in micro_batches}
 print({m: f"{v:,.0f} tokens/s" for m, v in tput.items()})
+
+# %% [markdown]
+# The same per device, with MFU on GPUs (empty on `profile="cpu"`: a CPU has no peak FLOPs in
+# `labkit.hardware.PEAK_TFLOPS`). On a GPU, a larger micro batch keeps the tensor cores busier
+# until memory runs out; MFU shows how much of the peak that buys.
+
+# %%
+from labkit.lab import throughput
+
+throughput(df, by="micro_batch_size", gpu_model=gpu_model)
 
 # %% [markdown]
 # ## 2 What fits? Ask the planner

@@ -5,7 +5,9 @@
 # - two ways to start the same multi-node job: Slurm's `srun` + `torchrun`, and a DeepSpeed-style
 #   launch from a hostfile;
 # - how to kill a running job and resume it from its last checkpoint;
-# - how to diagnose a failed job with labkit: the cause and a hint, instead of scrolling logs.
+# - how to diagnose a failed job with labkit: the cause and a hint, instead of scrolling logs;
+# - how to wait on a job with the hang watchdog, so a hung job is diagnosed and cancelled
+#   instead of burning its allocation until the time limit.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -16,6 +18,7 @@ gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 40  # iterations of the run we kill part-way (long enough to catch it running)
 save_interval = 5  # checkpoint every N iterations
 kill_at = 12  # cancel the job once the log shows this iteration
+hang_timeout = 300  # seconds without a new iteration (or, before the first, a new log line) = hung
 run_prefix = "nb08"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -78,8 +81,18 @@ ckpts = sorted(p.name for p in (job.run_dir / "checkpoints").glob("iter_*"))
 print(ckpts)
 assert ckpts, "the run should have saved at least one checkpoint before it was killed"
 
+# %% [markdown]
+# We wait on the resumed job with the **hang watchdog**: `job.wait(hang_timeout=S)` watches the
+# log, and if no new iteration appears for `S` seconds (before the first one: no new line at all)
+# it writes a diagnosis to `hang-*.txt` in the run directory (each rank's last line, a py-spy
+# stack dump of every rank it can see, the ranks *not* waiting inside a collective, which are
+# usually the culprit), cancels the job and raises `HangError`. The iterations of the attempt we
+# cancelled, still at the end of the log, are not blamed. From a terminal:
+# `labkit watch nb08_resume --hang-timeout 300`.
+
 # %%
-resumed = launch(cfg, cluster=cluster, resume=True)
+resumed = launch(cfg, cluster=cluster, resume=True, wait=False)
+resumed.wait(hang_timeout=hang_timeout)
 assert resumed.state() == "COMPLETED", resumed.tail(30)
 print([ln for ln in resumed.tail(400).splitlines() if "resumed from" in ln][-1])
 
@@ -109,7 +122,8 @@ for f in diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED"
 # %%
 broken = cfg.replace(name=f"{run_prefix}_broken", data_path="/nonexistent/corpus_text_document",
                      save_interval=None, train_iters=4, lr_warmup_iters=1)
-bad = launch(broken, cluster=cluster, reuse=False, progress=False)
+bad = launch(broken, cluster=cluster, reuse=False, wait=False)
+bad.wait(progress=False, hang_timeout=hang_timeout)  # a crash ends it; a hang would be cancelled
 failures = diagnose(bad.log_path, exit_code=bad.exit_code(), job_state=str(bad.state()))
 for f in failures[:3]:
     print(f"{f.kind} (rank {f.rank}, line {f.line}): {f.message}\n  hint: {f.hint}")
@@ -128,6 +142,8 @@ record("broken.diagnosis", failures[0].kind)
 #   accounting and cleanup.
 # - Checkpoints make a killed job cheap: resume picks up at the last saved iteration.
 # - `labkit.logs.diagnose` turns a failed job's log into a cause and a hint.
+# - `job.wait(hang_timeout=...)` (or `labkit watch JOB --hang-timeout S`) turns a silent hang into
+#   a diagnosis and a cancelled job.
 #
 # That is the series. Run all of it headless with `make lab`, or `labkit regress` on your cluster
 # before a workshop.

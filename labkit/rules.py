@@ -157,6 +157,7 @@ def check(c: RunConfig) -> tuple[list[str], list[str]]:
         p.append(f"torch_profiler_ranks {list(c.torch_profiler_ranks)} has ranks outside "
                  f"0..{ws - 1}: {bad_ranks}")
     p += _cpu_only(c)
+    notes += fused_norms_missing(c)  # a warning here (planning elsewhere); code/pretrain_gpt.py stops
     if tp > c.gpus_per_node and ws % (tp * pp) == 0:
         notes.append(f"TP {tp} > gpus_per_node {c.gpus_per_node}: tensor-parallel groups cross "
                      f"nodes, so every layer all-reduces over the inter-node network (slow). "
@@ -229,9 +230,21 @@ def _cpu_only(c: RunConfig) -> list[str]:
     if c.precision not in CPU_PRECISIONS:
         p.append(f"precision={c.precision!r} does not run on device='cpu' (the CPU path "
                  f"trains in {list(CPU_PRECISIONS)}); use precision='fp32' or device='cuda'")
-    if c.attention_backend == "flash":
-        p.append("attention_backend='flash' needs CUDA; use 'unfused' on device='cpu'")
     if c.sequence_parallel:
         p.append("sequence_parallel=True needs Transformer Engine or Apex layer norms "
                  "(GPU only); set sequence_parallel=False on device='cpu'")
     return p
+
+
+def fused_norms_missing(c: RunConfig) -> list[str]:
+    """sequence_parallel on CUDA where neither Transformer Engine nor Apex is importable:
+    megatron-core's torch LayerNorm refuses it at model build; TE's and Apex's take it."""
+    from importlib.util import find_spec
+
+    if c.device != "cuda" or not c.sequence_parallel or find_spec("transformer_engine") \
+            or find_spec("apex"):
+        return []
+    return ["sequence_parallel=True needs Transformer Engine or Apex (their LayerNorms split the "
+            "sequence; megatron-core's torch LayerNorm does not), and neither is installed here; "
+            "pip install transformer_engine[pytorch] on the GPU nodes, or set "
+            "sequence_parallel=False"]

@@ -29,7 +29,7 @@ from labkit.planner.memory import (
     in_flight_microbatches,
 )
 
-STAGE_KEYS = {"weights", "gradients", "optimizer", "activations", "logits", "total"}
+STAGE_KEYS = {"weights", "gradients", "optimizer", "startup", "activations", "logits", "total"}
 
 
 def _cfg(**kw) -> RunConfig:

@@ -12,8 +12,8 @@ Sources:
   i.e. a rank of the last pipeline stage, for the ``model_config.yaml`` beside them.
   Those runs use Megatron-LM's defaults that ``code/pretrain_gpt.py`` does not: dropout 0.1 and
   fused softmax kernels (Transformer Engine), so the planner is asked with ``dropout=True,
-  fused_softmax=True``. Config and golden values were read at the commits cited per case; the
-  config file may have moved on since.
+  fused_softmax=True, transformer_engine=True``. Config and golden values were read at the
+  commits cited per case; the config file may have moved on since.
 
 The paper values are exact formulas or tables; the memory cases are real measurements, compared
 with stated tolerances.
@@ -164,13 +164,16 @@ def test_last_stage_memory_against_megatron_lm_golden_values(case, fields, stead
                                                              peak):
     cfg = _cfg(**{**dict(nodes=1, gpus_per_node=8, device="cuda", precision="bf16",
                          gpu_memory_gb=80.0), **fields})
-    last = stage_memory(cfg, cfg.pp - 1, dropout=True, fused_softmax=True)
-    states = last.weights + last.gradients + last.optimizer
-    # Between iterations only weights, grads and optimizer state live ("mem-allocated-bytes").
-    # Tolerance 20 %: the small case carries ~84 MB our count does not see (TE workspaces).
-    assert states == pytest.approx(steady / 1e9, rel=0.20), case
-    # Peak from iteration 2 on, when Adam's moments exist: within 7 % (measured: -4.7 %,
-    # -0.6 %, -0.6 % when this test was written).
+    last = stage_memory(cfg, cfg.pp - 1, dropout=True, fused_softmax=True,
+                        transformer_engine=True)
+    # Between iterations only the static memory lives ("mem-allocated-bytes"): weights, grads,
+    # optimizer state and the start-up allocations (library workspaces on CUDA). Within 10 %
+    # (measured: +3.2 %, -0.1 %, -4.4 % when this check was written); without the start-up
+    # term the small case is 17 % short.
+    assert last.static == pytest.approx(steady / 1e9, rel=0.10), case
+    assert last.static - last.startup < 0.9 * steady / 1e9 or case != MEASURED[0][0]
+    # Peak from iteration 2 on, when Adam's moments exist: within 7 % (measured: +0.6 %,
+    # -0.4 %, -0.5 % when this test was last changed).
     assert last.total == pytest.approx(peak / 1e9, rel=0.07), case
     # Iteration 1 peaks before Adam allocates its two fp32 moments (8 bytes / parameter,
     # sharded over DP by the distributed optimizer).

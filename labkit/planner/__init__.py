@@ -7,7 +7,7 @@ every (TP, PP, DP, virtual PP) of a cluster shape and says why the invalid ones 
 
 ``Plan.to_dict()`` is the JSON of ``labkit plan CONFIG.json --json`` (DESIGN.md section 5):
 ``layout {world_size, tp, pp, dp, vpp}``, ``num_microbatches``, ``memory_gb {first_stage,
-last_stage, peak}`` (each stage ``weights, gradients, optimizer, activations, logits, total``,
+last_stage, peak}`` (each stage ``weights, gradients, optimizer, startup, activations, logits, total``,
 GB = 1e9 bytes), ``gpu_memory_gb``, ``fits``, ``flops_per_iteration``,
 ``hardware_flops_per_iteration``, ``bubble_fraction``, and one documented extra key:
 ``required_gb``, the peak plus the margin ``fits`` is judged with (see ``memory``).

@@ -24,6 +24,9 @@ Per rank and stage:
   The first stage holds the most microbatches in flight: min(m, p - r) under 1F1B; under the
   interleaved schedule megatron's warm-up (2·(p - r - 1) + (v - 1)·p + 1 chunk microbatches).
   The first stage also keeps the token and position ids (int64) of its in-flight microbatches;
+* start-up: what stays allocated besides those three (megatron-core's attention score buffer
+  with unfused attention, library workspaces on CUDA; ``startup_bytes``). Weights, gradients,
+  optimizer and start-up are the *static* memory, allocated between iterations;
 * logits (last stage): megatron-core's vocab-parallel cross entropy works in place on an fp32
   copy of the logits (s·b·V/t x 4 bytes), which later holds their gradient; in bf16/fp16 the
   output layer's half-precision logits live beside it (s·b·V/t x 2).
@@ -57,6 +60,7 @@ Where this differs from Megatron-LM's ``megatron/training/theoretical_memory_usa
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -76,9 +80,50 @@ GPT (1 node x 2, DP 2) under a 1.0 GB budget: micro batch 32 (planned 0.875 GB) 
 128 (planned 1.66 GB) ran out of memory; under 0.1 GB even micro batch 1 failed ("can't start
 new thread": thread stacks count against RLIMIT_AS)."""
 CONTEXT_GB = {"cuda": 1.0, "cpu": 0.5}
-"""Fixed per-process cost: CUDA context + library workspaces, or interpreter + libraries."""
+"""Fixed per-process cost outside PyTorch's allocator: CUDA context, NCCL buffers and library
+memory not allocated through torch, or interpreter + libraries."""
+CUDA_WORKSPACES_GB = 0.1
+"""What PyTorch's CUDA allocator holds at start-up besides megatron-core's tensors: cuBLAS /
+cuBLASLt workspaces (PyTorch allocates one per handle and stream through its caching
+allocator: ~8 MiB before Hopper, 32 MiB on Hopper, by default) and Transformer Engine's GEMM
+workspaces. Calibrated on Megatron-LM's measured ``mem-allocated-bytes`` (tests/
+test_planner_published.py): the count of weights, gradients and optimizer state falls short by
+0.084 GB (A100, 12 layers, hidden 512) and 0.117 GB (H100, 7B, TP 4) there."""
 
 _ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+ATTENTION_KERNELS = {
+    "local": "megatron-core DotProductAttention (unfused: s x s scores, softmax in memory)",
+    "sdpa": "torch scaled_dot_product_attention (flash / memory-efficient kernels)",
+    "te": "Transformer Engine DotProductAttention (fused / flash kernels)",
+}
+"""The core attention ``code/pretrain_gpt.py`` can build, by ``attention_kernel``'s answer."""
+
+
+def transformer_engine_installed() -> bool:
+    """Whether Transformer Engine can be imported here (never needed; used when present)."""
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def attention_kernel(cfg: RunConfig, *, transformer_engine: bool | None = None) -> str:
+    """The core attention the engine builds for ``cfg``: ``local``, ``sdpa`` or ``te``.
+
+    The one decision both the engine (which module it puts in the layer spec) and the planner
+    (whether the s x s score matrix is kept for backward) follow. ``attention_backend``
+    ``unfused`` is megatron-core's own unfused attention; ``flash`` is Transformer Engine's fused
+    attention on CUDA when it is installed, else torch's ``scaled_dot_product_attention``
+    (FlashAttention-2 or memory-efficient kernels on CUDA; a flash kernel on CPU too).
+    """
+    if cfg.attention_backend == "unfused":
+        return "local"
+    if transformer_engine is None:
+        transformer_engine = transformer_engine_installed()
+    return "te" if transformer_engine and cfg.device == "cuda" else "sdpa"
+
+
+def keeps_attention_scores(kernel: str) -> bool:
+    """True when the kernel keeps the s x s probabilities for backward (unfused attention)."""
+    return kernel == "local"
 
 
 def element_bytes(precision: str) -> int:
@@ -166,7 +211,7 @@ def activation_bytes_per_layer(cfg: RunConfig, *, recompute: str | None = "confi
     per_token = split / t + (unsplit / t if sp else unsplit)
     total = s * b * per_token
     if rc != "selective":
-        if cfg.attention_backend == "flash":
+        if not keeps_attention_scores(attention_kernel(cfg)):
             total += 4 * a * s * b / t  # only the softmax statistics (fp32) are kept
         else:
             softmax = 4 if (not fused_softmax and e < 4) else e
@@ -196,22 +241,31 @@ class StageMemory:
     optimizer: float
     activations: float
     logits: float
+    startup: float = 0.0
+    """What megatron-core and the libraries allocate besides weights, gradients and optimizer
+    state and keep for the whole run (see ``startup_bytes``)."""
+
+    @property
+    def static(self) -> float:
+        """Allocated between iterations: weights, gradients, optimizer state, start-up buffers."""
+        return self.weights + self.gradients + self.optimizer + self.startup
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.logits
+        return self.static + self.activations + self.logits
 
     def to_dict(self) -> dict[str, float]:
         return {**asdict(self), "total": self.total}
 
 
 def stage_memory(cfg: RunConfig, pp_rank: int, *, dropout: bool = False,
-                 fused_softmax: bool = False) -> StageMemory:
+                 fused_softmax: bool = False, transformer_engine: bool = False) -> StageMemory:
     """Weights, gradients, optimizer, activations and logits of one rank of stage ``pp_rank``.
 
     ``dropout`` and ``fused_softmax`` describe a Megatron-LM run (dropout 0.1, fused kernels)
     rather than ``code/pretrain_gpt.py`` (no dropout, PyTorch softmax); see
-    ``activation_bytes_per_layer``.
+    ``activation_bytes_per_layer``; ``transformer_engine`` a run on Transformer Engine's layers
+    (see ``startup_bytes``).
     """
     knobs = {"dropout": dropout, "fused_softmax": fused_softmax}
     n = stage_params(cfg, pp_rank)
@@ -236,7 +290,33 @@ def stage_memory(cfg: RunConfig, pp_rank: int, *, dropout: bool = False,
         v_shard = cfg.padded_vocab_size / t
         logits = s * b * v_shard * (4 + (e if e < 4 else 0))
     return StageMemory(weights=n * e / GB, gradients=n * 4 / GB, optimizer=n * adam / GB,
-                       activations=act / GB, logits=logits / GB)
+                       activations=act / GB, logits=logits / GB,
+                       startup=startup_bytes(cfg, pp_rank,
+                                             transformer_engine=transformer_engine) / GB)
+
+
+def startup_bytes(cfg: RunConfig, pp_rank: int, *, transformer_engine: bool = False) -> float:
+    """Bytes allocated besides weights, gradients and optimizer state that stay for the run.
+
+    * megatron-core's unfused ``DotProductAttention`` computes the scores into its global memory
+      buffer (``parallel_state.get_global_memory_buffer()``, b x a/t x s x s elements in the
+      activation dtype), allocated at the first forward pass and kept: 67 MB at micro batch 4,
+      8 heads, s = 1024 in bf16. Measured on CPU (every live tensor after a step of
+      code/pretrain_gpt.py's model: exactly weights + grad buffer + optimizer + this buffer).
+      Transformer Engine's attention (``transformer_engine=True``) does not use it.
+    * on CUDA, ``CUDA_WORKSPACES_GB`` for library workspaces inside PyTorch's allocator.
+
+    megatron-core's DDP grad (and, with the distributed optimizer, param) buffer pads each
+    bucket to a multiple of lcm(DP, 128) elements and each parameter to 64: a few KB, not
+    counted.
+    """
+    n = 0.0
+    if attention_kernel(cfg) == "local" and not transformer_engine:
+        a, s = cfg.num_attention_heads // cfg.tp, cfg.seq_length
+        n += cfg.micro_batch_size * a * s * s * element_bytes(cfg.precision)
+    if cfg.device == "cuda":
+        n += CUDA_WORKSPACES_GB * GB
+    return n
 
 
 def memory_limit_gb(cfg: RunConfig) -> float:
@@ -251,9 +331,10 @@ def required_gb(cfg: RunConfig, *stages: StageMemory) -> float:
 
     On ``cpu`` with ``memory_limit_gb`` the engine caps the address space on top of the process
     as it is after building the model and the optimizer, so only what comes later counts:
-    Adam's moments (allocated at the first step), activations and logits.
+    Adam's moments (allocated at the first step), the start-up buffers of the first forward
+    pass, activations and logits.
     """
     if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
-        later = max(st.optimizer + st.activations + st.logits for st in stages)
+        later = max(st.optimizer + st.startup + st.activations + st.logits for st in stages)
         return later * ALLOCATOR_FACTOR + CPU_CAP_OVERHEAD_GB
     return max(st.total for st in stages) * ALLOCATOR_FACTOR + CONTEXT_GB[cfg.device]

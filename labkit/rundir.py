@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from labkit.config import RunConfig
-from labkit.errors import SubmissionError
+from labkit.errors import ConfigError, SubmissionError
 from labkit.paths import run_dir as _run_dir
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def prepare_run_dir(cfg: RunConfig | JobSpec, *, root: str | Path | None = None,
     ``resume`` is given.
     """
     d = _run_dir(cfg.name, root)
-    if d.exists() and any(d.iterdir()):
+    if d.exists() and any(d.iterdir()) and not _only_this_config(d, cfg):
         if overwrite:
             aside = d.with_name(f"{d.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
             d.rename(aside)
@@ -55,3 +55,14 @@ def prepare_run_dir(cfg: RunConfig | JobSpec, *, root: str | Path | None = None,
     if isinstance(cfg, RunConfig):
         cfg.to_json(d / "config.json")
     return d
+
+
+def _only_this_config(d: Path, cfg: RunConfig | JobSpec) -> bool:
+    """A directory that holds only this run's own config.json (as ``labkit new`` writes it) is
+    not a run yet: submitting that config starts it there."""
+    if not isinstance(cfg, RunConfig) or [p.name for p in d.iterdir()] != ["config.json"]:
+        return False
+    try:
+        return RunConfig.from_json(d / "config.json") == cfg
+    except ConfigError:
+        return False

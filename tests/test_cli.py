@@ -140,3 +140,35 @@ def test_submit_into_a_taken_run_directory_names_the_options(run_root, tmp_path,
 def test_watch_names_an_unknown_job(run_root, capsys):
     rc, _, err = run(capsys, "watch", "nosuch", "--hang-timeout", "5")
     assert rc == 1 and "no labkit job 'nosuch'" in err
+
+
+@pytest.mark.engine
+def test_watch_diagnoses_a_real_hang_and_cancels_the_job(run_root, capsys, monkeypatch):
+    from labkit import backends
+    from labkit.backends.job import JobState
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = RunConfig(name="hang", nodes=1, gpus_per_node=2,
+                    extra={"hang_at": 3, "hang_rank": 1, "pg_timeout": 300})
+    job = backends.submit(cfg, backend="local", program=REPO / "tests" / "programs" / "hang_job.py")
+    try:
+        rc, _, err = run(capsys, "watch", job.job_id, "--hang-timeout", "6", "--timeout", "240")
+    finally:
+        if not job.state().finished:
+            job.cancel()
+    assert rc == 1 and "looks hung" in err and "after iteration 2" in err, err
+    assert job.wait(timeout=60, progress=False) is JobState.CANCELLED
+    assert list(job.run_dir.glob("hang-*.txt"))
+
+
+def test_a_config_from_new_is_submitted_in_place_and_nothing_else_is_taken_over(run_root, capsys):
+    from labkit.errors import SubmissionError
+    from labkit.rundir import prepare_run_dir
+
+    assert run(capsys, "new", "demo", "--preset", "tiny", "--tp", "2")[0] == 0
+    path = run_root / "demo" / "config.json"
+    cfg = RunConfig.from_json(path)
+    assert prepare_run_dir(cfg) == path.parent  # the run starts where labkit new put its config
+    with pytest.raises(SubmissionError, match="already holds a run"):
+        prepare_run_dir(cfg.replace(train_iters=cfg.train_iters + 1))
+    assert RunConfig.from_json(path) == cfg

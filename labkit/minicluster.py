@@ -18,14 +18,12 @@ While it is up, its cluster profile (``minicluster_cluster()``) is also written 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -337,23 +335,3 @@ def cluster_status() -> dict:
             out["nodes"].append({"name": parts[0], "addr": parts[1], "state": parts[2],
                                  "cpus": int(parts[3]) if parts[3].isdigit() else None})
     return out
-
-
-def cli_cluster(args: argparse.Namespace) -> int:
-    """``labkit cluster up [--nodes N] [--cpus-per-node C] [--rate R] | down | status``."""
-    if args.action == "up":
-        cluster_up(args.nodes, args.cpus_per_node, args.rate)
-    elif args.action == "down":
-        cluster_down()
-        return 0
-    st = cluster_status()
-    if getattr(args, "json", False):
-        print(json.dumps(st, indent=2))
-    else:
-        print(f"mini-cluster: {'up' if st['up'] else 'down'} (SLURM_CONF={st['slurm_conf']})")
-        for n in st["nodes"]:
-            print(f"  {n['name']:8} {n['addr']:12} {n['state']:8} cpus={n['cpus']}")
-        if not st["up"]:
-            print("  start it with `sudo labkit cluster up`, or use backend='local'",
-                  file=sys.stderr)
-    return 0 if st["up"] or args.action == "status" else 1

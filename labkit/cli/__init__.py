@@ -16,14 +16,12 @@ import warnings
 from collections.abc import Sequence
 
 from labkit.cli import jobs, runs, tools
+from labkit.cli.common import for_cli_users
 from labkit.errors import ConfigError, LabkitError
 
 FIRST_STEPS = """first steps:
   labkit doctor;  labkit new demo --preset tiny --tp 2 --pp 2
   labkit plan runs/demo/config.json;  labkit submit runs/demo/config.json --wait"""
-
-# The library speaks Python (keyword arguments); a command-line user types options.
-_CLI_WORDS = {"resume=True": "--resume", "overwrite=True": "--overwrite"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,13 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parsers(sub)
     tools.add_parsers(sub)
     return ap
-
-
-def for_cli_users(message: str) -> str:
-    """A library message with its Python spellings (``resume=True``) turned into options."""
-    for py, flag in _CLI_WORDS.items():
-        message = message.replace(py, flag)
-    return message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,17 @@ import json
 import sys
 from typing import Any
 
+# The library speaks Python (keyword arguments); a command-line user types options.
+_CLI_WORDS = {"resume=True": "--resume", "overwrite=True": "--overwrite",
+              "backend='local'": "--backend local", "backend='slurm'": "--backend slurm"}
+
+
+def for_cli_users(message: str) -> str:
+    """A library message with its Python spellings (``resume=True``) turned into options."""
+    for py, flag in _CLI_WORDS.items():
+        message = message.replace(py, flag)
+    return message
+
 
 def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
     p.add_argument("--json", action="store_true",

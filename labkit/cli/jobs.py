@@ -9,7 +9,7 @@ import argparse
 import sys
 import time
 
-from labkit.cli.common import add_backend, add_cluster, add_json, say, show_json, warn
+from labkit.cli.common import add_backend, add_cluster, add_json, for_cli_users, say, show_json, warn
 
 JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit status)"
 
@@ -78,7 +78,7 @@ def _finished(job, state, as_json: bool) -> int:  # noqa: ANN001 - a Job and its
     if state is JobState.COMPLETED:
         return 0
     if state.finished and not as_json:
-        warn(str(job.failure_error(state)))
+        warn(for_cli_users(str(job.failure_error(state))))
     elif not state.finished and not as_json:
         warn(f"stopped waiting; job {job.job_id} is still {state} (labkit watch {job.name})")
     return 1

@@ -6,7 +6,16 @@ import argparse
 import shutil
 from pathlib import Path
 
-from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
+from labkit.cli.common import (
+    add_backend,
+    add_cluster,
+    add_json,
+    for_cli_users,
+    positive_int,
+    say,
+    show_json,
+    warn,
+)
 from labkit.errors import LabkitError
 
 
@@ -107,7 +116,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     for i, (name, pl) in enumerate(parsed.items()):
         if len(parsed) > 1 or args.one_run:
             say(("\n" if i else "") + f"== {name}")
-        say(summary(pl))
+        say(for_cli_users(summary(pl)))
     return 0
 
 

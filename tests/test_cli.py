@@ -172,3 +172,14 @@ def test_a_config_from_new_is_submitted_in_place_and_nothing_else_is_taken_over(
     with pytest.raises(SubmissionError, match="already holds a run"):
         prepare_run_dir(cfg.replace(train_iters=cfg.train_iters + 1))
     assert RunConfig.from_json(path) == cfg
+
+
+def test_plan_sweeps_a_config_file_on_another_shape_keeping_its_batch(run_root, capsys):
+    assert run(capsys, "new", "pp", "--preset", "tiny", "--pp", "2")[0] == 0
+    path = run_root / "pp" / "config.json"
+    rc, out, _ = run(capsys, "plan", str(path), "--world-size", "8")
+    first = out.splitlines()[0]
+    assert rc == 0 and first.startswith(f"{path} on 4 node(s) x 2 process(es) = 8 ranks; device "
+                                        f"cpu, precision fp32, global batch 8, micro batch 2")
+    rows = [ln.split() for ln in out.splitlines()[3:]]
+    assert ["1", "2", "4"] in [r[:3] for r in rows]  # the config's own layout, on 8 ranks

@@ -237,10 +237,11 @@ def format_layouts(layouts: list[LayoutPlan], *, show_invalid: bool = True) -> s
 def base_config(model: str | RunConfig = "tiny", *, world_size: int | None = None,
                nodes: int | None = None, gpus_per_node: int | None = None,
                gpu_memory_gb: float | None = None, profile: str | None = None) -> RunConfig:
-    """The RunConfig (TP = PP = 1) a layout sweep or a new run starts from, gaps filled in.
+    """The RunConfig a layout sweep or a new run starts from, with what was not given filled in.
 
     Args:
-        model: a RunConfig (its model, device, precision and batch are kept) or a preset name.
+        model: a RunConfig (its model, device, precision, batch and layout are kept, on the
+            new shape) or a preset name (TP = PP = 1).
             A preset takes device, precision and batch from a notebook profile (``PROFILES``):
             ``profile`` if given, else ``gpu`` when ``gpu_memory_gb`` is given (a GPU memory size
             means a GPU) or the preset is not the cpu profile's, else ``cpu``.
@@ -286,9 +287,10 @@ def base_config(model: str | RunConfig = "tiny", *, world_size: int | None = Non
     if not isinstance(model, RunConfig):
         step = base["micro_batch_size"] * world
         base["global_batch_size"] = step * max(1, -(-base["global_batch_size"] // step))
-    base.update(nodes=nodes, gpus_per_node=gpus_per_node, tensor_model_parallel_size=1,
-                pipeline_model_parallel_size=1, num_layers_per_virtual_pipeline_stage=None,
-                sequence_parallel=False)
+    base.update(nodes=nodes, gpus_per_node=gpus_per_node)
+    if not isinstance(model, RunConfig):
+        base.update(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                    num_layers_per_virtual_pipeline_stage=None, sequence_parallel=False)
     if gpu_memory_gb is not None:
         base["gpu_memory_gb"] = gpu_memory_gb
     with warnings.catch_warnings():

@@ -173,6 +173,9 @@ def compare(results: list[Any], baseline: dict[str, Any], *, backend: str | None
                 reason = "recorded by the baseline run" if r.ok else "the notebook failed first"
                 rows.append(Row(r.notebook, metric, None, spec["value"], reason, "judged",
                                 "MISSING" if r.ok else "FAILED"))
+            elif spec.get("value") is None and rule.kind != "exercise":
+                rows.append(Row(r.notebook, metric, value, None, "no baseline value (not finite)",
+                                "reported", "-"))
             elif rule.kind == "ratio" and not judge_ratios:
                 rows.append(Row(r.notebook, metric, value, spec["value"], ratio_note, "reported",
                                 "-"))

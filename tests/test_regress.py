@@ -214,6 +214,11 @@ def test_missing_metric_failed_notebook_and_new_exercise_fail():
     rows = compare(_rerun({"04_monitoring_and_profiling": {"exercise.trace": True,
                                                            "profiled.new_ms": 5.0}}), BASELINE)
     assert passed(rows) and _row(rows, "04", "profiled.new_ms").status == "new"
+    # a metric the baseline run could not measure (recorded as null) is shown, not judged
+    nulled = json.loads(json.dumps(BASELINE))
+    nulled["notebooks"]["01_single_node"]["dp_1node.peak_memory_mb"] = {"value": None}
+    rows = compare(_rerun(), nulled)
+    assert passed(rows) and _row(rows, "01", "dp_1node.peak_memory_mb").verdict == "reported"
 
 
 def test_ratios_are_judged_only_on_the_cluster_the_baseline_says():

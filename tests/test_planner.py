@@ -136,7 +136,7 @@ def test_fits_uses_the_documented_margin():
     assert plan(cfg.replace(gpu_memory_gb=round(p.required_gb * 1.01, 6))).fits
     # On CPU with a memory budget, what comes after model and optimizer build counts.
     capped = plan(cfg.replace(memory_limit_gb=1.0))
-    later = max(s.optimizer + s.activations + s.logits for s in (capped.first_stage,
+    later = max(s.optimizer + s.startup + s.activations + s.logits for s in (capped.first_stage,
                                                                  capped.last_stage))
     assert capped.gpu_memory_gb == 1.0
     assert capped.required_gb == pytest.approx(later * ALLOCATOR_FACTOR + CPU_CAP_OVERHEAD_GB)

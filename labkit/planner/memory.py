@@ -320,8 +320,12 @@ def startup_bytes(cfg: RunConfig, pp_rank: int, *, transformer_engine: bool = Fa
 
 
 def memory_limit_gb(cfg: RunConfig) -> float:
-    """The memory one rank may use: the CPU budget when set, else ``gpu_memory_gb``."""
-    if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
+    """The memory one rank may use: ``memory_limit_gb`` when set, else ``gpu_memory_gb``.
+
+    On ``cuda`` the engine's cap is on PyTorch's allocator (never above the GPU's memory)."""
+    if cfg.memory_limit_gb is not None:
+        if cfg.device == "cuda":
+            return min(float(cfg.memory_limit_gb), float(cfg.gpu_memory_gb))
         return float(cfg.memory_limit_gb)
     return float(cfg.gpu_memory_gb)
 
@@ -329,12 +333,19 @@ def memory_limit_gb(cfg: RunConfig) -> float:
 def required_gb(cfg: RunConfig, *stages: StageMemory) -> float:
     """What ``fits`` compares with the limit: the largest stage plus the documented margin.
 
-    On ``cpu`` with ``memory_limit_gb`` the engine caps the address space on top of the process
-    as it is after building the model and the optimizer, so only what comes later counts:
+    On ``cuda`` with ``memory_limit_gb`` below the GPU's memory, the cap
+    (``torch.cuda.set_per_process_memory_fraction``) sees PyTorch's allocations only, so the
+    context is not added. On ``cpu`` with ``memory_limit_gb`` the engine caps the address
+    space on top of the process as it is after building the model and the optimizer, so only
+    what comes later counts:
     Adam's moments (allocated at the first step), the start-up buffers of the first forward
     pass, activations and logits.
     """
     if cfg.device == "cpu" and cfg.memory_limit_gb is not None:
         later = max(st.optimizer + st.startup + st.activations + st.logits for st in stages)
         return later * ALLOCATOR_FACTOR + CPU_CAP_OVERHEAD_GB
-    return max(st.total for st in stages) * ALLOCATOR_FACTOR + CONTEXT_GB[cfg.device]
+    peak = max(st.total for st in stages) * ALLOCATOR_FACTOR
+    if cfg.device == "cuda" and cfg.memory_limit_gb is not None \
+            and cfg.memory_limit_gb < cfg.gpu_memory_gb:
+        return peak  # the cap counts PyTorch's allocator only: the CUDA context is outside it
+    return peak + CONTEXT_GB[cfg.device]

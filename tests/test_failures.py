@@ -137,6 +137,30 @@ def test_python_traceback_per_rank():
     assert failures[0].message == "ValueError: micro_batch_size must be positive, got 0"
 
 
+@pytest.mark.parametrize("state", ["CANCELLED", "CANCELLED by 0", "TIMEOUT", "PREEMPTED"])
+def test_a_job_the_scheduler_ended_is_diagnosed_by_the_state_before_its_signal_exception(state):
+    # a real log of our own code: a hung job that was cancelled (torchrun's SignalException)
+    log = FIX / "labkit_hang_job_2026.txt"
+    signal_lines = [i for i, ln in enumerate(log.read_text().splitlines(), 1)
+                    if "SignalException: Process" in ln]
+    assert signal_lines, "the fixture holds torchrun's SignalException"
+    failures = diagnose(log, exit_code=-15, job_state=state)
+    kinds = [f.kind for f in failures]
+    assert kinds[0] == {"CANCELLED": "cancelled", "TIMEOUT": "time_limit",
+                        "PREEMPTED": "preempted"}[state.split()[0]], kinds
+    assert any(f.kind == "python_exception" and f.line in signal_lines for f in failures[1:])
+    # without the scheduler's word the exception stays the diagnosis
+    assert diagnose(log)[0].kind == "python_exception"
+
+
+def test_a_real_exception_stays_ahead_of_a_later_cancel():
+    lines = ["[default0]:Traceback (most recent call last):",
+             '[default0]:  File "train.py", line 3, in <module>',
+             "[default0]:ValueError: micro_batch_size must be positive, got 0"]
+    assert [f.kind for f in diagnose(lines, job_state="CANCELLED")] == ["python_exception",
+                                                                        "cancelled"]
+
+
 def test_watchdog_follow_ups_are_not_new_timeouts():
     failures = diagnose(FIX / "torch_2.4_nccl_watchdog_followups.txt")
     assert [(f.kind, f.rank) for f in failures] == [("nccl_timeout", 5), ("nccl_timeout", 6)]

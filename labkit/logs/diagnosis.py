@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -20,6 +21,11 @@ from labkit.logs.parse import parse_lines, parse_log
 _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL": "node_failure",
                "PREEMPTED": "preempted", "CANCELLED": "cancelled"}
 _TAIL_BYTES = 4 << 20  # detect_hang reads at most the last 4 MiB
+# What a launcher or a rank says when the scheduler's SIGTERM/SIGINT reaches it: the effect of a
+# cancel, a time limit or a preemption, not its cause (torchrun: "SignalException: Process N got
+# signal: 15").
+_TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt")
+_ENDED_BY_SCHEDULER = ("cancelled", "time_limit", "preempted")
 
 
 def diagnose(log: str | Path | Iterable[str], *, exit_code: int | None = None,
@@ -49,7 +55,11 @@ def diagnose(log: str | Path | Iterable[str], *, exit_code: int | None = None,
     if exit_code in (-9, 137) and not found:
         found.append(Failure("host_oom", None, None, f"the job exited with {exit_code} (SIGKILL) and the "
                              "log names no other cause", HINTS["sigkill"], evidence="signal"))
-    return rank_failures(found)
+    ranked = rank_failures(found)
+    if any(f.kind in _ENDED_BY_SCHEDULER for f in ranked):
+        # the scheduler's end comes before the signal exceptions it caused (a stable sort)
+        ranked.sort(key=lambda f: f.kind == "python_exception" and bool(_TERMINATED.search(f.message)))
+    return ranked
 
 
 def _tail_lines(path: Path) -> list[bytes]:

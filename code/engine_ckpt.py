@@ -69,6 +69,18 @@ def _sharded_state(model: list[torch.nn.Module], optimizer: Any, scheduler: Any,
     return sd
 
 
+def needs_adam_step_fix(optimizer: Any) -> bool:
+    """True for the one case the two step fixes below are written for: megatron-core's
+    distributed optimizer over torch's Adam/AdamW (no Apex / Transformer Engine FusedAdam,
+    whose step lives in the param group and is restored by megatron-core itself)."""
+    if not getattr(optimizer.config, "use_distributed_optimizer", False):
+        return False
+    inner = [getattr(s, "optimizer", None)
+             for s in getattr(optimizer, "chained_optimizers", [optimizer])]
+    return bool(inner) and all(isinstance(o, torch.optim.Adam | torch.optim.AdamW)
+                               for o in inner)
+
+
 def _init_adam_state(optimizer: Any) -> None:
     """Give torch Adam empty moments *and* a step before loading into a distributed optimizer.
 
@@ -76,7 +88,7 @@ def _init_adam_state(optimizer: Any) -> None:
     exp_avg_sq but no ``step``, and DistributedOptimizer.state_dict() then asserts that there is
     exactly one step value. A zero step fills the gap; loading replaces it.
     """
-    if not getattr(optimizer.config, "use_distributed_optimizer", False):
+    if not needs_adam_step_fix(optimizer):
         return
     for sub in getattr(optimizer, "chained_optimizers", [optimizer]):
         inner = sub.optimizer
@@ -164,7 +176,8 @@ def load(ckpt_root: Path, model: list[torch.nn.Module], optimizer: Any, schedule
             m.module.load_state_dict(state[f"model{i}"])
     with torch.no_grad():  # the distributed optimizer copies into leaf params in place
         optimizer.load_state_dict(state["optimizer"])
-    _restore_adam_steps(optimizer)
+    if needs_adam_step_fix(optimizer):
+        _restore_adam_steps(optimizer)
     scheduler.load_state_dict(state["opt_param_scheduler"])
     if same_layout and "rng_state" in state:
         rng = state["rng_state"]

@@ -89,11 +89,13 @@ def build_datasets(cfg: Any, prefix: Path, tokenizer: GPT2BPEFiles,
     return train, valid
 
 
-def batches(dataset: Any, consumed_samples: int, micro_batch_size: int) -> Iterator[dict]:
+def batches(dataset: Any, consumed_samples: int, micro_batch_size: int,
+            pin_memory: bool = False) -> Iterator[dict]:
     """Micro batches for this DP rank from ``consumed_samples`` on (Megatron's sampler order).
 
     A global step of ``micro_batch_size * dp`` samples is cut into DP slices; DP rank r takes
-    slice r. TP and PP ranks of one DP replica read the same samples.
+    slice r. TP and PP ranks of one DP replica read the same samples. With ``pin_memory`` (CUDA
+    only) each batch lands in page-locked memory, so ``to_device`` copies it asynchronously.
     """
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     step = micro_batch_size * dp
@@ -101,8 +103,18 @@ def batches(dataset: Any, consumed_samples: int, micro_batch_size: int) -> Itera
     while start + step <= len(dataset):
         idx = range(start + dp_rank * micro_batch_size, start + (dp_rank + 1) * micro_batch_size)
         samples = [dataset[i] for i in idx]
-        yield {k: torch.stack([torch.as_tensor(s[k]) for s in samples])
-               for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples])
+                 for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        yield {k: v.pin_memory() for k, v in batch.items()} if pin_memory else batch
         start += step
     raise RuntimeError(f"ran out of samples at {start} of {len(dataset)}; the dataset was sized "
                        f"for fewer iterations than were asked for")
+
+
+def to_device(batch: dict, on_cuda: bool) -> dict:
+    """The batch on this rank's device: non-blocking copies from pinned memory on CUDA; on CPU
+    the tensors themselves."""
+    if not on_cuda:
+        return batch
+    dev = torch.cuda.current_device()
+    return {k: v.to(dev, non_blocking=v.is_pinned()) for k, v in batch.items()}

@@ -3,6 +3,11 @@
 Everything here is megatron-core's own classes; this file only maps a ``RunConfig`` onto them
 in one visible place, plus one labkit addition: ``layout_invariant_init``, which gives every
 weight the same values whatever the TP/PP layout (see its docstring for why).
+
+In bf16/fp16 each chunk is wrapped in megatron-core's ``Float16Module`` as Megatron-LM's
+``get_model`` does: every parameter and buffer (position embeddings and torch LayerNorms
+included) is cast to the half type, and the first stage's inputs with them, so the residual
+stream never meets a weight of another dtype.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from megatron.core import parallel_state as ps
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 from megatron.core.distributed.finalize_model_grads import finalize_model_grads
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.module import Float16Module
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -63,17 +68,37 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         cross_entropy_loss_fusion=False,
         init_method_std=0.02,
         # With PP=2 and interleaving, a rank's previous and next stage are the same peer.
-        # Batched p2p posts (send prev, recv prev, send next, recv next) and gloo matches
-        # messages between two peers in posting order, so activations and gradients swap.
-        # The unbatched path orders sends/receives by even/odd rank and stays matched.
-        batch_p2p_comm=on_cuda,
+        # Batched p2p posts (send prev, recv prev, send next, recv next) and the backend may
+        # match messages between two peers in posting order, so activations and gradients
+        # swap (seen with gloo; reported for NCCL in Megatron-LM's tracker). The unbatched
+        # path orders sends/receives by even/odd rank and stays matched, on CPU and CUDA alike;
+        # the interleaved schedule overlaps it with compute (Megatron-LM's default).
+        **p2p_mode(cfg),
+        # The pipeline frees each sent activation's data (only its autograd graph is needed).
+        deallocate_pipeline_outputs=True,
+    )
+
+
+def p2p_mode(cfg: Any) -> dict[str, bool]:
+    """Pipeline p2p settings, the same on every device: unbatched, overlapped when interleaved."""
+    return {"batch_p2p_comm": False, "overlap_p2p_comm": cfg.vpp > 1}
+
+
+def ddp_config(cfg: Any) -> DistributedDataParallelConfig:
+    """megatron-core DDP settings: with DP > 1 gradients are reduced in buckets during backward."""
+    return DistributedDataParallelConfig(
+        grad_reduce_in_fp32=cfg.precision != "fp32",
+        overlap_grad_reduce=cfg.dp > 1,
+        use_distributed_optimizer=cfg.use_distributed_optimizer,
     )
 
 
 def build_model(cfg: Any, on_cuda: bool) -> tuple[list[torch.nn.Module], TransformerConfig]:
     """GPTModel chunks for this rank (one per virtual stage), initialised, wrapped in DDP."""
+    from engine_attention import layer_spec
+
     tcfg = transformer_config(cfg, on_cuda)
-    spec = get_gpt_layer_local_spec()
+    spec, _ = layer_spec(cfg)
     chunks: list[torch.nn.Module] = []
     vpp = cfg.vpp if cfg.vpp > 1 else None
     for vp_stage in range(cfg.vpp):
@@ -92,13 +117,10 @@ def build_model(cfg: Any, on_cuda: bool) -> tuple[list[torch.nn.Module], Transfo
         layout_invariant_init(model, cfg.seed, cfg.num_layers)
         if on_cuda:
             model.cuda(torch.cuda.current_device())
+        if tcfg.fp16 or tcfg.bf16:
+            model = Float16Module(tcfg, model)
         chunks.append(model)
-    ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=cfg.precision != "fp32",
-        overlap_grad_reduce=False,
-        use_distributed_optimizer=cfg.use_distributed_optimizer,
-    )
-    wrapped = [DistributedDataParallel(config=tcfg, ddp_config=ddp_config, module=m,
+    wrapped = [DistributedDataParallel(config=tcfg, ddp_config=ddp_config(cfg), module=m,
                                        disable_bucketing=(i > 0))
                for i, m in enumerate(chunks)]
     for m in wrapped:
@@ -146,7 +168,8 @@ def layout_invariant_init(model: torch.nn.Module, seed: int, num_layers: int) ->
             dim, stride, full_shape = None, 1, list(p.shape)
         if name.endswith("bias"):
             full = torch.zeros(full_shape)
-        elif "layernorm" in name or "final_layernorm" in name or "norm" in name.split(".")[-2]:
+        elif ("layernorm" in name or "layer_norm" in name  # layer_norm_*: Transformer Engine
+              or "norm" in name.split(".")[-2]):
             full = torch.ones(full_shape)
         else:
             s = std / math.sqrt(2.0 * num_layers) if name.endswith(
@@ -210,3 +233,22 @@ def wire_schedule_hooks(tcfg: TransformerConfig, model: list[torch.nn.Module],
 def count_parameters(model: list[torch.nn.Module]) -> int:
     """Parameters held by this rank (its TP shard of its PP stage), as Megatron counts them."""
     return sum(p.nelement() for m in model for p in m.parameters())
+
+
+def inner_optimizers(optimizer: Any) -> list[Any]:
+    """The torch/Apex/TE optimizers inside megatron-core's (possibly chained) optimizer."""
+    subs = getattr(optimizer, "chained_optimizers", [optimizer])
+    return [s.optimizer for s in subs if getattr(s, "optimizer", None) is not None]
+
+
+def kernels_line(optimizer: Any) -> str:
+    """Which optimizer class and multi-tensor kernels megatron-core picked (TE > Apex > torch)."""
+    from megatron.core.optimizer import clip_grads
+
+    names = sorted({f"{type(o).__module__}.{type(o).__name__}" for o in inner_optimizers(optimizer)})
+    applier = getattr(clip_grads, "multi_tensor_applier", None)
+    where = getattr(applier, "__module__", "") or type(applier).__module__
+    fused = not where.startswith("megatron.core")
+    return (f"optimizer: {type(optimizer).__name__} over {', '.join(names) or '?'}; multi-tensor "
+            f"kernels: {'fused (' + where + ')' if fused else 'local fallback (' + where + ')'}"
+            + ("" if fused else "; install Apex or Transformer Engine for fused Adam and kernels"))

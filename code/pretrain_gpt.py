@@ -55,8 +55,10 @@ import cpu_compat  # noqa: E402
 import torch  # noqa: E402
 
 from labkit.config import MEGATRON_FLAGS, RunConfig  # noqa: E402
+from labkit.rules import fused_norms_missing  # noqa: E402
 
 STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
+CUDA_CAP: list[str | None] = [None]  # the device memory cap's description, set in main()
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -108,39 +110,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
     if cfg.device == "cuda" and not torch.cuda.is_available():
         sys.exit("pretrain_gpt: device='cuda' but torch sees no GPU here; use device='cpu' "
                  "(profile cpu) or run on a GPU node")
+    for problem in fused_norms_missing(cfg):  # the config only warns: it may be planned elsewhere
+        sys.exit(f"pretrain_gpt: {problem}")
     resume = not (a.no_resume or os.environ.get("LABKIT_NO_RESUME", "") in ("1", "true"))
     ckpt = (a.save.resolve() if a.save else run_dir / "checkpoints")
     return cfg, run_dir, ckpt, resume
 
 
 # --- training -------------------------------------------------------------------------------
-def forward_step(data_iterator, model):
-    """One micro batch through this rank's model chunk; the last stage also returns the loss."""
-    batch = next(data_iterator)
-    dev = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    tokens, labels = batch["tokens"].to(dev), batch["labels"].to(dev)
-    loss_mask, position_ids = batch["loss_mask"].to(dev), batch["position_ids"].to(dev)
-    output = model(tokens, position_ids, None, labels=labels)  # (b, s) per-token loss at the end
-
-    def loss_func(output_tensor):
-        mask = loss_mask.view(-1).float()
-        loss = torch.sum(output_tensor.view(-1).float() * mask) / mask.sum().clamp(min=1)
-        # clone: the schedule divides the returned loss in place by the number of microbatches
-        return loss, {"lm loss": loss.detach().clone()}
-
-    return output, loss_func
-
-
-def mean_loss(losses: list[dict]) -> float | None:
-    """Average 'lm loss' over micro batches and data-parallel replicas (last stage only)."""
-    from megatron.core import parallel_state as ps
-
-    if not ps.is_pipeline_last_stage(ignore_virtual=True):
-        return None
-    dev = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    t = torch.stack([d["lm loss"].float() for d in losses]).mean().reshape(1).to(dev)
-    torch.distributed.all_reduce(t, group=ps.get_data_parallel_group())
-    return float(t.item()) / ps.get_data_parallel_world_size()
+# forward_step (one micro batch through a model chunk), mean_loss and evaluate: code/engine_step.py
 
 
 def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda: bool) -> None:
@@ -148,7 +126,9 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_data
     import engine_log as L
     import engine_model
-    from engine_memory import apply_memory_limit
+    import engine_step
+    from engine_attention import layer_spec
+    from engine_memory import apply_memory_limit, static_memory_line
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -168,6 +148,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                  f"{cfg.micro_batch_size} per iteration, padded vocab {cfg.padded_vocab_size}")
         if not on_cuda:
             log.emit(f"[labkit] cpu_compat redirected: {', '.join(cpu_compat.applied())}")
+        log.emit(f"[labkit] {layer_spec(cfg)[1]}")
     # --- model -----------------------------------------------------------------------------
     STATE["phase"] = "model build"
     model, tcfg = engine_model.build_model(cfg, on_cuda)
@@ -176,6 +157,8 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     STATE["phase"] = "optimizer build"
     optimizer, scheduler = engine_model.build_optimizer(cfg, model)
     engine_model.wire_schedule_hooks(tcfg, model, optimizer)
+    if rank == 0:
+        log.emit(f"[labkit] {engine_model.kernels_line(optimizer)}")
     # --- data ------------------------------------------------------------------------------
     STATE["phase"] = "data build"
     prefix, tok_dir = engine_data.resolve_data(cfg, REPO_ROOT / "data")
@@ -195,7 +178,9 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             log.emit(f"[labkit] resumed from {d} at iteration {iteration} "
                      f"(consumed samples {consumed})")
     STATE["iteration"] = iteration
-    limit = apply_memory_limit(cfg.memory_limit_gb, on_cuda)
+    # On CUDA the cap was set in main(), before the first allocation; on CPU it is a budget on
+    # top of the process as it is now (model and optimizer built).
+    limit = apply_memory_limit(cfg.memory_limit_gb, on_cuda) if not on_cuda else CUDA_CAP[0]
     if limit and rank == 0:
         log.emit(f"[labkit] {limit}")
     # --- loop ------------------------------------------------------------------------------
@@ -205,7 +190,8 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     flops = L.model_flops_per_iteration(cfg)
     fwd_bwd = get_forward_backward_func()
     n_chunks = len(model)
-    train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size)
+    engine_step.ON_CUDA["value"] = on_cuda
+    train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size, on_cuda)
                   for _ in range(n_chunks)]
     prof = _profiler(cfg, rank, run_dir, on_cuda)
     acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
@@ -217,7 +203,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             for m in model:
                 m.zero_grad_buffer()
             optimizer.zero_grad()
-            losses = fwd_bwd(forward_step_func=forward_step,
+            losses = fwd_bwd(forward_step_func=engine_step.forward_step,
                              data_iterator=train_iter if n_chunks > 1 else train_iter[0],
                              model=model if n_chunks > 1 else model[0],
                              num_microbatches=cfg.num_microbatches, seq_length=cfg.seq_length,
@@ -228,7 +214,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                 scheduler.step(increment=1)
             iteration += 1
             consumed += cfg.global_batch_size
-            loss = mean_loss(losses)
+            loss = engine_step.mean_loss(losses)
             if on_cuda:
                 torch.cuda.synchronize()
             acc["time"] += time.perf_counter() - t0
@@ -265,12 +251,13 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                     if rank == 0 and not on_cuda:
                         log.emit(L.MemoryMeter.cpu_note())
                     log.emit(meter.line(rank, iteration))
+                    log.emit(static_memory_line(cfg, tp_rank, pp_rank, iteration, on_cuda))
                 memory_reported = True
                 acc.update(loss=0.0, n=0, time=0.0, iters=0, skipped=0, nan=0)
             if cfg.eval_interval and (iteration % cfg.eval_interval == 0
                                       or iteration == cfg.train_iters):
                 STATE["phase"] = "evaluation"
-                val = evaluate(cfg, model, valid_ds, fwd_bwd)
+                val = engine_step.evaluate(cfg, model, valid_ds, fwd_bwd)
                 if logs_iterations and val is not None:
                     for line in L.validation_lines(iteration, val):
                         log.emit(line)
@@ -287,29 +274,6 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             log.emit(f"[labkit] saved checkpoint {d}")
     board.close()
     STATE["phase"] = "done"
-
-
-def evaluate(cfg: RunConfig, model: list, valid_ds, fwd_bwd) -> float | None:
-    """Mean validation loss over eval_iters global batches (the same batches every time)."""
-    import engine_data
-
-    for m in model:
-        m.eval()
-    its = [engine_data.batches(valid_ds, 0, cfg.micro_batch_size) for _ in model]
-    total: list[float] = []
-    with torch.no_grad():
-        for _ in range(cfg.eval_iters):
-            losses = fwd_bwd(forward_step_func=forward_step,
-                             data_iterator=its if len(model) > 1 else its[0],
-                             model=model if len(model) > 1 else model[0],
-                             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq_length,
-                             micro_batch_size=cfg.micro_batch_size, forward_only=True)
-            loss = mean_loss(losses)
-            if loss is not None:
-                total.append(loss)
-    for m in model:
-        m.train()
-    return sum(total) / len(total) if total else None
 
 
 def _profiler(cfg: RunConfig, rank: int, run_dir: Path, on_cuda: bool):
@@ -370,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     on_cuda = cfg.device == "cuda"
     from engine_log import RunLog
-    from engine_memory import is_oom, oom_line
+    from engine_memory import apply_memory_limit, cuda_env, dist_timeout, is_oom, oom_line
 
     log = RunLog(run_dir)
     code = 0
@@ -378,8 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         if not on_cuda:
             cpu_compat.apply()
         else:
+            os.environ.update(cuda_env(cfg, on_cuda))  # before the CUDA context exists
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo")
+            CUDA_CAP[0] = apply_memory_limit(cfg.memory_limit_gb, on_cuda)  # before any tensor
+        # A peer that died (OOM, crash) ends the others' collectives within dist_timeout().
+        torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo",
+                                             timeout=dist_timeout())
         train(cfg, run_dir, ckpt_root, resume, on_cuda)
     except BaseException as exc:  # noqa: BLE001 - report, write exit_code, re-exit non-zero
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
@@ -387,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_oom(exc):
             log.emit(oom_line(rank=rank, tp_rank=STATE["tp"], pp_rank=STATE["pp"],
                               phase=STATE["phase"], iteration=STATE["iteration"], exc=exc,
-                              limit_gb=cfg.memory_limit_gb), err=True)
+                              limit_gb=cfg.memory_limit_gb, on_cuda=on_cuda), err=True)
             kind = type(exc).__name__ if type(exc).__module__ == "builtins" else \
                 f"{type(exc).__module__}.{type(exc).__name__}"
             log.emit(f"{kind}: {exc}".strip(), err=True)

@@ -256,19 +256,20 @@ class RunConfig:
         A ``config.json`` written before the profiler switch was named ``torch_profiler``
         (``"profile": true``, ``"profile_ranks"``) is read with the new names.
         """
+        from labkit.validate import loads_json, read_input
+
+        if not isinstance(text_or_path, (str, Path)):
+            raise ConfigError(f"RunConfig.from_json takes a JSON string or a file path, not "
+                              f"{type(text_or_path).__name__} ({text_or_path!r:.60})")
         s = str(text_or_path)
-        if not s.lstrip().startswith("{"):
-            try:
-                s = Path(s).read_text()
-            except OSError as e:
-                raise ConfigError(f"cannot read config file {text_or_path}: {e.strerror}") from None
-        try:
-            data = json.loads(s)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config is not valid JSON ({e.msg} at line {e.lineno}, "
-                              f"column {e.colno})") from None
+        what = "config"
+        if not s.lstrip().startswith(("{", "[")):
+            what = f"config file {text_or_path}"
+            s = read_input(s, "config file")
+        data = loads_json(s, what)
         if not isinstance(data, dict):
-            raise ConfigError(f"config JSON must be an object, got {type(data).__name__}")
+            raise ConfigError(f"{what} must be a JSON object {{\"field\": value, ...}}, got "
+                              f"{type(data).__name__}")
         if isinstance(data.get("profile"), bool) and "torch_profiler" not in data:
             data["torch_profiler"] = data.pop("profile")
             if "profile_ranks" in data and "torch_profiler_ranks" not in data:
@@ -309,21 +310,48 @@ MEGATRON_FLAGS = {
     for name in FIELD_NAMES
     if name not in _NOT_MEGATRON
 }
-# Names older config.json files used; ``from_json`` reads them as the new ones.
-_RENAMED = {"profile": "torch_profiler", "profile_ranks": "torch_profiler_ranks"}
+
+
+# Short names people type for a field (the CLI's options, Megatron-LM's usual abbreviations).
+_ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+            "vpp": "num_layers_per_virtual_pipeline_stage", "mbs": "micro_batch_size",
+            "gbs": "global_batch_size", "layers": "num_layers", "heads": "num_attention_heads",
+            "hidden": "hidden_size", "seq_len": "seq_length", "iters": "train_iters",
+            "profile": "torch_profiler", "profile_ranks": "torch_profiler_ranks",
+            "ffn_size": "ffn_hidden_size"}
+
+
+def _did_you_mean(key: str) -> str | None:
+    import difflib
+
+    k = key.strip().lower().replace("-", "_")
+    if k in ("dp", "data_parallel_size", "world_size"):
+        return None  # derived, never set: said in the message
+    if k in _ALIASES:
+        return _ALIASES[k]
+    close = difflib.get_close_matches(k, FIELD_NAMES, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _reject_unknown(data: dict[str, Any]) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"a RunConfig is built from a dict of fields, not {type(data).__name__}")
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError(f"RunConfig field names are strings, not {bad_keys[:3]!r}")
     unknown = sorted(set(data) - set(FIELD_NAMES))
     if unknown:
         hints = []
         for key in unknown:
-            close = [_RENAMED[key]] if key in _RENAMED else [
-                n for n in FIELD_NAMES if key.replace("-", "_") in n or n in key]
+            close = _did_you_mean(key)
             if close:
-                hints.append(f"{key!r} -> did you mean {close[0]!r}?")
+                hints.append(f"{key!r} -> did you mean {close!r}?")
+            elif key.lower() in ("dp", "data_parallel_size", "world_size"):
+                hints.append(f"{key!r} is derived: world size = nodes x gpus_per_node, "
+                             f"DP = world size / (TP x PP)")
+        shown = [k[:40] for k in unknown[:5]] + (["..."] if len(unknown) > 5 else [])
         raise ConfigError(
-            f"unknown RunConfig field(s): {unknown}. "
+            f"unknown RunConfig field(s): {shown}. "
             + (" ".join(hints) + " " if hints else "")
             + f"Valid fields are: {', '.join(FIELD_NAMES)}"
         )

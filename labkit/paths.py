@@ -23,8 +23,11 @@ MINICLUSTER_SITE = MINICLUSTER_DIR / "site.yaml"
 
 
 def run_root() -> Path:
-    """The folder that holds ``<name>/`` run directories."""
-    return Path(os.environ.get("LABKIT_RUN_ROOT", REPO_ROOT / "runs")).resolve()
+    """The folder that holds ``<name>/`` run directories. ``$LABKIT_RUN_ROOT``, when set, must
+    be one line of text (an empty value is refused, not taken as the current directory)."""
+    from labkit.validate import env_path
+
+    return (env_path("LABKIT_RUN_ROOT") or REPO_ROOT / "runs").resolve()
 
 
 def run_dir(name: str, root: str | Path | None = None) -> Path:

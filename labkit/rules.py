@@ -7,11 +7,11 @@ quote it in their fixes and the planner sweeps layouts over it.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING
 
 from labkit.errors import ConfigError
+from labkit.validate import text_problem
 
 if TYPE_CHECKING:
     from labkit.config import RunConfig
@@ -23,7 +23,16 @@ DEVICES = ("cpu", "cuda")
 BACKENDS = ("local", "slurm")
 # Precisions the CPU/gloo path of code/pretrain_gpt.py really trains with.
 CPU_PRECISIONS = ("fp32",)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# \Z, not $: "$" also matches before a trailing newline. Use NAME_RE.fullmatch.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# Bounds that keep every check and the planner's arithmetic quick; far above any real run.
+MAX_INT = 10**9
+MAX_NODES = 100_000
+MAX_WORLD_SIZE = 2**20
+MAX_SEED = 2**32 - 1
+MAX_FLOAT = 1e9
+BOOL_FIELDS = ("sequence_parallel", "use_distributed_optimizer", "swiglu",
+               "untie_embeddings_and_output_weights", "torch_profiler", "nccl_debug")
 
 # Trial division stops here (at most ~5 x 10**5 steps whatever n is); a cofactor left above
 # _TRIAL_LIMIT ** 2 is then a prime (Miller-Rabin says so) or too large to factorise.
@@ -178,31 +187,55 @@ def _types(c: RunConfig) -> list[str]:
         v = getattr(c, n)
         if v is None and n in opt_ints:
             continue
+        top = MAX_SEED if n == "seed" else MAX_NODES if n == "nodes" else MAX_INT
         if isinstance(v, bool) or not isinstance(v, int):
-            p.append(f"{n}={v!r} must be an integer")
+            p.append(f"{n}={v!r:.60} must be an integer")
         elif v <= 0 and n != "seed":
-            p.append(f"{n}={v} must be positive (> 0)")
+            p.append(f"{n}={v if v.bit_length() < 100 else 'a huge negative'} must be "
+                     f"positive (> 0)")
+        elif v < 0 or v > top:
+            p.append(f"{n}={v if v.bit_length() < 100 else 'a huge number'} must be between "
+                     f"{0 if n == 'seed' else 1} and {top:,}")
     for n in ("lr", "min_lr", "weight_decay", "clip_grad", "gpu_memory_gb"):
         v = getattr(c, n)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isinf(v):
-            p.append(f"{n}={v!r} must be a finite number >= 0")
-    if c.memory_limit_gb is not None and (isinstance(c.memory_limit_gb, bool)
-                                          or not isinstance(c.memory_limit_gb, (int, float))
-                                          or not c.memory_limit_gb > 0):
-        p.append(f"memory_limit_gb={c.memory_limit_gb!r} must be a positive number or None")
-    if isinstance(c.lr_warmup_iters, bool) or not isinstance(c.lr_warmup_iters, int) \
-            or c.lr_warmup_iters < 0:
-        p.append(f"lr_warmup_iters={c.lr_warmup_iters!r} must be an integer >= 0")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_FLOAT:
+            p.append(f"{n}={v!r:.60} must be a finite number between 0 and {MAX_FLOAT:g}")
+    v = c.memory_limit_gb
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0 < v <= MAX_FLOAT):
+        p.append(f"memory_limit_gb={v!r:.60} must be a positive finite number (GB) or None")
+    v = c.lr_warmup_iters
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INT:
+        p.append(f"lr_warmup_iters={v!r:.60} must be an integer between 0 and {MAX_INT:,}")
     for n, allowed in (("precision", PRECISIONS), ("recompute_granularity", RECOMPUTE),
                        ("attention_backend", ATTENTION_BACKENDS), ("device", DEVICES),
                        ("backend", BACKENDS)):
-        if getattr(c, n) not in allowed:
-            p.append(f"{n}={getattr(c, n)!r} is not one of {list(allowed)}")
-    if not isinstance(c.torch_profiler, bool):
-        p.append(f"torch_profiler={c.torch_profiler!r} must be True or False")
-    if not isinstance(c.name, str) or not NAME_RE.match(c.name):
-        p.append(f"name={c.name!r} must be 1-64 letters, digits, '.', '_' or '-' (it names the "
-                 f"folder runs/<name>/ and the Slurm job), e.g. 'tp2_pp2'")
+        v = getattr(c, n)
+        if not any(v is a or (type(v) is str and v == a) for a in allowed):
+            p.append(f"{n}={v!r:.60} is not one of {list(allowed)}")
+    for n in BOOL_FIELDS:
+        v = getattr(c, n)
+        if not isinstance(v, bool):
+            p.append(f"{n}={v!r:.60} must be True or False (JSON true/false, not a string "
+                     f"or a number)")
+    ranks = c.torch_profiler_ranks
+    if not isinstance(ranks, tuple) or not ranks or len(ranks) > 1024 or any(
+            isinstance(r, bool) or not isinstance(r, int) for r in ranks):
+        p.append(f"torch_profiler_ranks={ranks!r:.60} must be a list of rank numbers, e.g. [0]")
+    for n in ("data_path", "tokenizer_dir"):
+        v = getattr(c, n)
+        why = None if v is None else text_problem(n, v)
+        if why:
+            p.append(why)
+    if not isinstance(c.extra, dict):
+        p.append(f"extra={c.extra!r:.60} must be a mapping (free-form notes)")
+    if not isinstance(c.name, str) or not NAME_RE.fullmatch(c.name):
+        p.append(f"name={c.name!r:.80} must be 1-64 letters, digits, '.', '_' or '-' (it names "
+                 f"the folder runs/<name>/ and the Slurm job), e.g. 'tp2_pp2'")
+    if not p and c.nodes * c.gpus_per_node > MAX_WORLD_SIZE:
+        p.append(f"world size nodes {c.nodes} x gpus_per_node {c.gpus_per_node} = "
+                 f"{c.nodes * c.gpus_per_node:,} is more than {MAX_WORLD_SIZE:,} ranks; use a "
+                 f"real cluster's size")
     return p
 
 

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from labkit.errors import ConfigError
 from labkit.paths import CODE_DIR, MINICLUSTER_SITE
+from labkit.validate import loads_yaml, read_input, text_problem
 
 CLUSTER_DIR = CODE_DIR / "clusters"
 CLUSTER_ENV = "LABKIT_CLUSTER"
@@ -79,6 +78,10 @@ class ClusterProfile:
             v = getattr(self, n)
             if isinstance(v, (list, str)):
                 object.__setattr__(self, n, (v,) if isinstance(v, str) else tuple(v))
+            elif v is None:
+                object.__setattr__(self, n, ())
+        if type(self.time_limit) is int:  # YAML's `time_limit: 30` (minutes)
+            object.__setattr__(self, "time_limit", str(self.time_limit))
         problems = _check(self)
         if problems:
             raise ConfigError([f"cluster profile {self.name!r}: {p}" for p in problems])
@@ -104,44 +107,98 @@ FIELD_NAMES = tuple(f.name for f in fields(ClusterProfile))
 
 
 def _reject_unknown(data: dict[str, Any]) -> None:
-    unknown = sorted(set(data) - set(FIELD_NAMES))
+    if not isinstance(data, dict):
+        raise ConfigError(f"a cluster profile is a mapping of keys to values, not "
+                          f"{type(data).__name__}")
+    unknown = sorted(str(k)[:40] for k in set(data) - set(FIELD_NAMES))
     if unknown:
         raise ConfigError(f"unknown cluster profile key(s): {unknown}. "
                           f"Valid keys are: {', '.join(FIELD_NAMES)}")
 
 
 def _check(p: ClusterProfile) -> list[str]:
-    out = []
+    """Every broken rule of a profile. Each value that reaches the job script or an ``#SBATCH``
+    line is one line of text: a newline there would end the directive and run the rest as a
+    shell command, so it is refused here, never rendered."""
+    out: list[str] = []
+    for n in ("name", "time_limit", "torchrun", "gpu_request", "master_addr_from"):
+        why = text_problem(n, getattr(p, n))
+        if why:
+            out.append(why)
+    for n in ("code_dir", "run_root", "slurm_conf"):
+        v = getattr(p, n)
+        why = None if v is None else text_problem(n, v)
+        if why:
+            out.append(why)
+    if out:
+        return out
     if p.gpu_request not in GPU_REQUESTS:
         out.append(f"gpu_request={p.gpu_request!r} is not one of {list(GPU_REQUESTS)}")
     if p.master_addr_from not in MASTER_ADDR_FROM:
         out.append(f"master_addr_from={p.master_addr_from!r} is not one of "
                    f"{list(MASTER_ADDR_FROM)}")
-    if not isinstance(p.time_limit, str) or not _TIME_RE.match(p.time_limit):
+    if not _TIME_RE.match(p.time_limit):
         out.append(f"time_limit={p.time_limit!r} is not a Slurm time; use e.g. '00:30:00', "
-                   f"'90' (minutes) or '1-00:00:00'")
-    if p.cpus_per_task is not None and (not isinstance(p.cpus_per_task, int)
-                                        or p.cpus_per_task <= 0):
-        out.append(f"cpus_per_task={p.cpus_per_task!r} must be a positive integer or null")
-    if not isinstance(p.env, dict):
-        out.append(f"env must be a mapping NAME: value, got {type(p.env).__name__}")
-    else:
-        bad = [k for k in p.env if not isinstance(k, str) or not _ENV_RE.match(k)]
+                   f"'90' (minutes) or '1-00:00:00' (quote it in YAML)")
+    if p.cpus_per_task is not None and (isinstance(p.cpus_per_task, bool)
+                                        or not isinstance(p.cpus_per_task, int)
+                                        or not 0 < p.cpus_per_task <= 100_000):
+        out.append(f"cpus_per_task={p.cpus_per_task!r:.40} must be a positive integer or null")
+    if not isinstance(p.exclusive, bool):
+        out.append(f"exclusive={p.exclusive!r:.40} must be true or false")
+    for n in ("modules", "setup", "sbatch_extra"):
+        v = getattr(p, n)
+        if not isinstance(v, tuple):
+            out.append(f"{n} must be a list of strings, got {type(v).__name__}")
+            continue
+        out += [w for i, x in enumerate(v) if (w := text_problem(f"{n}[{i}]", x))]
+    if isinstance(p.sbatch_extra, tuple) and all(isinstance(x, str) for x in p.sbatch_extra):
+        bad = [x for x in p.sbatch_extra if not x.startswith("--")]
         if bad:
-            out.append(f"env names {bad} are not valid shell variable names")
+            out.append(f"sbatch_extra {bad} must be sbatch options, e.g. '--constraint=h100'")
+    out += _check_env(p.env)
     if p.container is not None:
-        c = p.container
-        if not isinstance(c, dict) or c.get("runtime") not in CONTAINER_RUNTIMES or not c.get(
-                "image"):
-            out.append(f"container={c!r} needs runtime (one of {list(CONTAINER_RUNTIMES)}) and "
-                       f"image, e.g. {{runtime: pyxis, image: nvcr.io/nvidia/pytorch:24.05-py3}}")
-        elif set(c) - {"runtime", "image", "mounts"}:
-            out.append(f"container has unknown keys {sorted(set(c) - {'runtime', 'image', 'mounts'})}"
-                       f"; valid: runtime, image, mounts")
+        out += _check_container(p.container)
     for n in ("partition", "account", "qos", "mem"):
         v = getattr(p, n)
-        if v is not None and (not isinstance(v, str) or not v or any(ch.isspace() for ch in v)):
-            out.append(f"{n}={v!r} must be a non-empty word without spaces")
+        if v is not None and (text_problem(n, v) or any(ch.isspace() for ch in v)):
+            out.append(f"{n}={v!r:.60} must be a non-empty word without spaces")
+    return out
+
+
+def _check_env(env: Any) -> list[str]:
+    if not isinstance(env, dict):
+        return [f"env must be a mapping NAME: value, got {type(env).__name__}"]
+    out = []
+    bad = [k for k in env if not isinstance(k, str) or not _ENV_RE.match(k)]
+    if bad:
+        out.append(f"env names {bad[:5]!r:.200} are not valid shell variable names")
+    for k, v in env.items():
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            out.append(f"env {k!r:.40}: {v!r:.40} must be a string (quote it in YAML)")
+        elif why := text_problem(f"env {k!r:.40}", str(v), allow_empty=True):
+            out.append(why)
+    return out
+
+
+def _check_container(c: Any) -> list[str]:
+    if not isinstance(c, dict) or c.get("runtime") not in CONTAINER_RUNTIMES or not c.get(
+            "image"):
+        return [f"container={c!r:.120} needs runtime (one of {list(CONTAINER_RUNTIMES)}) and "
+                f"image, e.g. {{runtime: pyxis, image: nvcr.io/nvidia/pytorch:24.05-py3}}"]
+    extra = [str(k) for k in c if k not in ("runtime", "image", "mounts")]
+    if extra:
+        return [f"container has unknown keys {sorted(extra)}; valid: runtime, image, mounts"]
+    out = [w for w in [text_problem("container image", c["image"])] if w]
+    mounts = c.get("mounts") or []
+    if not isinstance(mounts, list):
+        return out + [f"container mounts must be a list of SRC:DST strings, got {mounts!r:.60}"]
+    for i, m in enumerate(mounts):
+        why = text_problem(f"container mounts[{i}]", m)
+        if why:
+            out.append(why)
+        elif any(ch.isspace() for ch in m):
+            out.append(f"container mounts[{i}]={m!r} holds a space; a bind mount is SRC:DST")
     return out
 
 
@@ -151,13 +208,11 @@ def load_cluster(path_or_name: str | Path) -> ClusterProfile:
     if not p.suffix and not p.exists():
         p = CLUSTER_DIR / f"{path_or_name}.yaml"
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
+        data = loads_yaml(read_input(p, "cluster profile"), f"cluster profile {p}")
+    except ConfigError as e:
         known = sorted(q.stem for q in CLUSTER_DIR.glob("*.yaml"))
-        raise ConfigError(f"cannot read cluster profile {path_or_name} ({p}): {e.strerror}. "
-                          f"Cluster profiles shipped in {CLUSTER_DIR}: {known}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"cluster profile {p} is not valid YAML: {e}") from None
+        more = f". Cluster profiles shipped in {CLUSTER_DIR}: {known}" if not p.exists() else ""
+        raise ConfigError(f"{e.violations[0]}{more}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"cluster profile {p} must be a YAML mapping of keys to values")
     data.setdefault("name", p.stem)

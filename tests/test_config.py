@@ -164,9 +164,11 @@ def test_divisors_are_exact_and_never_hang():
     with pytest.raises(ConfigError, match="cannot list the divisors"):
         divisors((2**61 - 1) * (2**31 - 1) * 1_000_003**2)
     assert shown_divisors(720720).endswith("and 228 more")
-    # An absurd world size is a clear error about the layout, not a hang.
+    # An absurd world size is a clear error (bounded before any layout arithmetic), not a hang.
     msg = rules_broken(nodes=(2**61 - 1), gpus_per_node=1, tensor_model_parallel_size=2)
-    assert "does not divide world size 2305843009213693951" in msg
+    assert "nodes=2305843009213693951 must be between 1 and 100,000" in msg
+    msg = rules_broken(nodes=99_991, gpus_per_node=7, tensor_model_parallel_size=2)
+    assert "does not divide world size 699937" in msg
 
 
 def test_every_field_has_a_docstring_and_parallelism_comes_first():

@@ -1,0 +1,211 @@
+"""One door for every input labkit reads: config JSON, site YAML, environment values, job records.
+
+Each reader here turns whatever a careless or hostile file holds into a value or a
+``ConfigError`` that names the field and the fix, never another exception, and never works
+long on it: files are read up to a size limit, JSON refuses duplicate keys, ``NaN``/``Infinity``
+and integers too long to be a setting, YAML refuses anchors and aliases (the "billion laughs"
+bomb), deep nesting is refused, and text that reaches a shell script or a ``#SBATCH`` line
+may hold no newline or other control character.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from labkit.errors import ConfigError
+
+# Inputs are small: a config is a few kB, a site profile a few dozen lines.
+MAX_INPUT_BYTES = 1_000_000
+MAX_DEPTH = 64
+MAX_INT_DIGITS = 30
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
+
+
+def text_problem(field: str, value: Any, *, allow_empty: bool = False) -> str | None:
+    """Why ``value`` cannot be a text setting (a string without control characters), or None."""
+    if not isinstance(value, str):
+        return f"{field}={value!r} must be a string"
+    if not value and not allow_empty:
+        return f"{field} is empty; give a value or leave the field out"
+    m = _CONTROL.search(value)
+    if m:
+        return (f"{field}={value!r} holds a control character ({m.group()!r} at position "
+                f"{m.start()}); a setting is one line of text, and a newline in a job script "
+                f"would start a new command")
+    return None
+
+
+def read_input(path: str | Path, what: str) -> str:
+    """The UTF-8 text of a small regular file (a config or a site profile)."""
+    p = Path(path)
+    if len(str(p)) > 4096:
+        raise ConfigError(f"{what} path {str(p)[:60]!r}... is {len(str(p)):,} characters long; "
+                          f"pass the path of a file")
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {p}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ConfigError(f"{what} {p} is {kind}; pass the path of a file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise ConfigError(f"{what} {p} is {st.st_size:,} bytes; a {what} is a few kB "
+                          f"(limit {MAX_INPUT_BYTES:,}): is it the right file?")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {p}: {e.strerror}") from None
+    return decode(raw, f"{what} {p}")
+
+
+def decode(raw: bytes, what: str) -> str:
+    """UTF-8 text (a UTF-8 byte-order mark is allowed), or a ConfigError saying where it is not."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        hint = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise ConfigError(f"{what} is not UTF-8 text{hint}: byte {raw[e.start]:#04x} at offset "
+                          f"{e.start}; save it as UTF-8") from None
+
+
+class _Bad:
+    """A JSON value labkit refuses, kept until its key is known (for the message)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ConfigError(f"key {k!r} appears twice; keep one (JSON readers disagree on "
+                              f"which one wins)")
+        out[k] = v
+    return out
+
+
+def _constant(name: str) -> _Bad:
+    return _Bad(f"{name} is not a number JSON allows; use a finite number")
+
+
+def _int(text: str) -> int | _Bad:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return _Bad(f"an integer of {digits} digits is not a setting; use a realistic value")
+    return int(text)
+
+
+def _float(text: str) -> float | _Bad:
+    v = float(text)
+    return v if math.isfinite(v) else _Bad(f"{text} is too large for a number; use a finite one")
+
+
+def loads_json(text: str, what: str) -> Any:
+    """Strict JSON: no duplicate keys, no NaN/Infinity, no huge integers, bounded nesting."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise ConfigError(f"{what} is {len(text):,} characters; the limit is {MAX_INPUT_BYTES:,}")
+    if _depth(text) > MAX_DEPTH:
+        raise ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels; a setting is flat")
+    try:
+        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant,
+                          parse_int=_int, parse_float=_float)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what} is not valid JSON ({e.msg} at line {e.lineno}, column "
+                          f"{e.colno})") from None
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e.violations[0]}") from None
+    except (RecursionError, ValueError) as e:
+        raise ConfigError(f"{what} cannot be read as JSON ({type(e).__name__}: {e})") from None
+    _find_bad(data, what)
+    return data
+
+
+def _depth(text: str) -> int:
+    """Nesting depth of brackets, counted without recursion (strings are skipped)."""
+    depth = best = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+def _find_bad(data: Any, what: str) -> None:
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        path, v = todo.pop()
+        if isinstance(v, _Bad):
+            raise ConfigError(f"{what}: {path or 'the document'}: {v.why}")
+        if isinstance(v, dict):
+            todo.extend((f"{path}.{k}" if path else k, x) for k, x in v.items())
+        elif isinstance(v, list):
+            todo.extend((f"{path}[{i}]", x) for i, x in enumerate(v))
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases (a few lines can expand to billions)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401 - PyYAML's API
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise ConfigError(f"YAML alias *{ev.anchor} at line {ev.start_mark.line + 1}: "
+                              f"anchors and aliases are not allowed in a site profile; write "
+                              f"the value out")
+        if self.check_event(yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            ev = self.peek_event()
+            if ev.anchor is not None:
+                raise ConfigError(f"YAML anchor &{ev.anchor} at line {ev.start_mark.line + 1}: "
+                                  f"anchors and aliases are not allowed in a site profile; "
+                                  f"write the value out")
+        return super().compose_node(parent, index)
+
+
+def loads_yaml(text: str, what: str) -> Any:
+    """Safe YAML without aliases or deep nesting; ConfigError for anything else."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise ConfigError(f"{what} is {len(text):,} characters; the limit is {MAX_INPUT_BYTES:,}")
+    if _depth(text.replace('"', "")) > MAX_DEPTH:
+        raise ConfigError(f"{what} nests deeper than {MAX_DEPTH} levels")
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} is not valid YAML: {e}") from None
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e.violations[0]}") from None
+    except (RecursionError, ValueError, TypeError, OverflowError) as e:
+        raise ConfigError(f"{what} cannot be read as YAML ({type(e).__name__}: {e})") from None
+
+
+def env_path(var: str) -> Path | None:
+    """A path from the environment: None when unset; ConfigError when empty or not one line."""
+    value = os.environ.get(var)
+    if value is None:
+        return None
+    if not value.strip():
+        raise ConfigError(f"${var} is set but empty; unset it for the default, or set it to a "
+                          f"folder (an empty value would put files in the current directory)")
+    why = text_problem(f"${var}", value)
+    if why:
+        raise ConfigError(f"{why}; fix or unset ${var}")
+    return Path(value)

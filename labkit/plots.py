@@ -17,11 +17,50 @@ from labkit.errors import LabkitError
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-LABELS = {"iteration": "iteration", "lm_loss": "lm loss", "elapsed_ms": "time per iteration (ms)",
-          "tflops_per_gpu": "TFLOP/s per GPU", "tokens_per_sec": "tokens/s", "samples_per_sec": "samples/s",
-          "max_allocated_mb": "max allocated (MB)", "allocated_mb": "allocated (MB)",
-          "max_reserved_mb": "max reserved (MB)", "micro_batch_size": "micro batch size",
-          "world_size": "GPUs (world size)", "nodes": "nodes", "mfu": "MFU"}
+LABELS = {"iteration": "iteration", "lm_loss": "lm loss (nats per token)",
+          "elapsed_ms": "time per iteration (ms)", "tflops_per_gpu": "TFLOP/s per GPU",
+          "tokens_per_sec": "tokens/s", "tokens_per_sec_per_device": "tokens/s per device",
+          "samples_per_sec": "samples/s", "max_allocated_mb": "max allocated (MB)",
+          "allocated_mb": "allocated (MB)", "max_reserved_mb": "max reserved (MB)",
+          "micro_batch_size": "micro batch size (samples)", "world_size": "ranks (world size)",
+          "nodes": "nodes", "mfu": "MFU (fraction of peak)", "tp": "tensor parallel size (TP)",
+          "pp": "pipeline parallel size (PP)", "rank": "rank"}
+# Columns whose values are whole numbers: their axes get integer ticks only.
+INTEGER_COLUMNS = {"iteration", "micro_batch_size", "world_size", "nodes", "tp", "pp", "dp", "rank"}
+# TensorBoard tags the training script writes (Megatron-LM's names) and their units.
+TB_LABELS = {"lm-loss": "lm loss (nats per token)", "iteration-time": "time per iteration (s)",
+             "throughput": "TFLOP/s per GPU", "learning-rate": "learning rate",
+             "grad-norm": "gradient norm", "batch-size": "global batch (samples)",
+             "loss-scale": "loss scale"}
+
+
+def format_value(value: float, column: str) -> str:
+    """A measured value as a reader wants it on a plot: ``6,260 tok/s``, ``151 ms``, ``41 %``."""
+    if value != value:  # NaN
+        return "-"
+    if column.startswith("tokens_per_sec"):
+        return f"{value:,.0f} tok/s"
+    if column == "samples_per_sec":
+        return f"{value:,.1f} samples/s"
+    if column.endswith("_ms"):
+        return f"{value:,.0f} ms" if abs(value) >= 10 else f"{value:,.2f} ms"
+    if column.endswith("_mb"):
+        return f"{value:,.0f} MB"
+    if column == "tflops_per_gpu":
+        return f"{value:,.2f} TFLOP/s"
+    if column == "mfu":
+        return f"{value:.0%}"
+    return f"{value:,.4g}"
+
+
+def _integer_ticks(ax: Axes, *axes_columns: tuple[str, str]) -> None:
+    """Integer tick marks on the ``x``/``y`` axis whose column holds whole numbers."""
+    from matplotlib.ticker import MaxNLocator
+
+    for which, column in axes_columns:
+        if column in INTEGER_COLUMNS:
+            axis = ax.xaxis if which == "x" else ax.yaxis
+            axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 4)) -> Axes:
@@ -46,8 +85,9 @@ def _lines(df: pd.DataFrame, x: str, y: str, by: str | None, ax: Axes, what: str
         g = g.dropna(subset=[y]).sort_values(x)
         ax.plot(g[x], g[y], label=None if key is None else str(key), **kw)
     ax.set(xlabel=LABELS.get(x, x), ylabel=LABELS.get(y, y))
+    _integer_ticks(ax, ("x", x), ("y", y))
     if by:
-        ax.legend(title=by)
+        ax.legend(title=LABELS.get(by, by))
     return ax
 
 
@@ -92,6 +132,20 @@ def plot_memory(df: pd.DataFrame, *, y: str = "max_allocated_mb", limit_mb: floa
     return ax
 
 
+def plot_scalars(df: pd.DataFrame, tag: str, *, ax: Axes | None = None) -> Axes:
+    """One TensorBoard scalar (``labkit.tb.read_scalars``'s frame) against the iteration."""
+    _need(df, "tag", "step", "value", what="plot_scalars")
+    d = df[df["tag"] == tag].sort_values("step")
+    if d.empty:
+        raise LabkitError(f"plot_scalars: no scalar {tag!r}; the frame has tags "
+                          f"{sorted(df['tag'].unique())}")
+    ax = _ax(ax)
+    ax.plot(d["step"], d["value"], marker="o")
+    ax.set(title=tag, xlabel="iteration", ylabel=TB_LABELS.get(tag, tag))
+    _integer_ticks(ax, ("x", "iteration"))
+    return ax
+
+
 def plot_throughput_vs_micro_batch(df: pd.DataFrame, *, y: str = "tokens_per_sec", by: str | None = None,
                                    ax: Axes | None = None) -> Axes:
     """Median throughput per micro batch size (one line per ``by`` group, e.g. "tp")."""
@@ -99,6 +153,8 @@ def plot_throughput_vs_micro_batch(df: pd.DataFrame, *, y: str = "tokens_per_sec
     keys = ["micro_batch_size"] + ([by] if by else [])
     med = df.groupby(keys)[y].median().reset_index()
     ax = _lines(med, "micro_batch_size", y, by, _ax(ax), "plot_throughput_vs_micro_batch", marker="o")
+    sizes = sorted(int(m) for m in med["micro_batch_size"].unique())
+    ax.set_xticks(sizes, [str(m) for m in sizes])  # the sizes that ran, nothing in between
     ax.set_title("throughput vs micro batch size")
     return ax
 
@@ -115,6 +171,8 @@ def plot_scaling(df: pd.DataFrame, *, x: str = "world_size", y: str = "tokens_pe
     ideal = med.iloc[0] * np.asarray(med.index, dtype=float) / float(med.index[0])
     ax.plot(med.index, ideal, "--", color="gray", label="ideal (linear)")
     ax.set(xlabel=LABELS.get(x, x), ylabel=LABELS.get(y, y), title="scaling")
+    if x in INTEGER_COLUMNS:
+        ax.set_xticks(list(med.index), [str(int(v)) for v in med.index])
     ax.legend()
     return ax
 
@@ -129,10 +187,17 @@ def plot_layout_grid(df: pd.DataFrame, *, value: str = "tokens_per_sec", ax: Axe
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
     ax.set_yticks(range(len(grid.index)), [str(i) for i in grid.index])
     for (i, j), v in np.ndenumerate(data):
-        if np.isfinite(v):
-            ax.text(j, i, f"{v:.3g}", ha="center", va="center", color="white", fontsize=9)
-    ax.figure.colorbar(im, ax=ax, label=LABELS.get(value, value))
-    ax.set(xlabel="tensor parallel (tp)", ylabel="pipeline parallel (pp)", title=f"{value} by layout")
+        if np.isfinite(v):  # dark text on the bright end of the colour map, light on the dark
+            ax.text(j, i, format_value(v, value), ha="center", va="center", fontsize=9,
+                    color="black" if im.norm(v) > 0.6 else "white", fontweight="bold")
+    bar = ax.figure.colorbar(im, ax=ax, label=LABELS.get(value, value))
+    if np.nanmax(np.abs(data)) >= 1000:
+        from matplotlib.ticker import StrMethodFormatter
+
+        bar.formatter = StrMethodFormatter("{x:,.0f}")  # 6,000 rather than 6e+03
+        bar.update_ticks()
+    ax.set(xlabel=LABELS["tp"], ylabel=LABELS["pp"],
+           title=f"{LABELS.get(value, value)} by layout (median)")
     return ax
 
 

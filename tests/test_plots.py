@@ -33,7 +33,7 @@ def teardown_function():
 def test_line_plots_one_line_per_group(runs):
     fig, ax = plt.subplots()
     assert plots.plot_loss(runs, by="name", ax=ax) is ax
-    assert len(ax.get_lines()) == 4 and ax.get_ylabel() == "lm loss"
+    assert len(ax.get_lines()) == 4 and ax.get_ylabel() == "lm loss (nats per token)"
     assert len(plots.plot_iteration_time(runs, by="name").get_lines()) == 4
     ax = plots.plot_throughput(runs, y="tokens_per_sec", by="tp")
     assert len(ax.get_lines()) == 2 and ax.get_ylabel() == "tokens/s"
@@ -68,3 +68,44 @@ def test_micro_batch_grid_and_profile(runs):
 def test_missing_column_is_a_clear_error(runs):
     with pytest.raises(LabkitError, match=r"needs column\(s\) \['lm_loss'\]"):
         plots.plot_loss(runs.drop(columns="lm_loss"))
+
+
+def _ticks_are_whole(locs):
+    return all(float(v).is_integer() for v in locs)
+
+
+def test_every_axis_names_its_unit(runs):
+    ax = plots.plot_iteration_time(runs, by="name")
+    assert ax.get_ylabel() == "time per iteration (ms)"
+    assert plots.plot_throughput(runs).get_ylabel() == "TFLOP/s per GPU"
+    assert "(samples)" in plots.plot_throughput_vs_micro_batch(runs).get_xlabel()
+    prof = pd.DataFrame({"rank": [0], "compute_ms": [5.0], "communication_ms": [3.0],
+                         "memcpy_ms": [1.0], "idle_ms": [1.0]})
+    assert plots.plot_profile_breakdown(prof).get_ylabel().endswith("(ms)")
+    tb = pd.DataFrame({"tag": ["iteration-time"] * 3, "step": [1, 2, 3], "value": [0.2, 0.1, 0.1]})
+    assert plots.plot_scalars(tb, "iteration-time").get_ylabel() == "time per iteration (s)"
+    with pytest.raises(LabkitError, match="no scalar 'lm-loss'.*iteration-time"):
+        plots.plot_scalars(tb, "lm-loss")
+
+
+def test_heatmap_labels_are_readable_numbers_with_units(runs):
+    ax = plots.plot_layout_grid(runs.assign(tokens_per_sec=6260.4))
+    texts = {t.get_text() for t in ax.texts}
+    assert texts == {"6,260 tok/s"}, texts
+    ax = plots.plot_layout_grid(runs, value="elapsed_ms")
+    assert {t.get_text() for t in ax.texts} == {"100 ms", "200 ms"}
+    assert "e+" not in "".join(t.get_text() for t in ax.texts)
+    assert plots.format_value(0.413, "mfu") == "41%"
+    assert plots.format_value(float("nan"), "tokens_per_sec") == "-"
+
+
+def test_integer_axes_have_integer_ticks(runs):
+    few = runs[runs["iteration"] <= 3]  # 3 iterations: matplotlib would put ticks at 1.5, 2.5
+    fig, ax = plt.subplots()
+    plots.plot_loss(few, ax=ax)
+    fig.canvas.draw()
+    assert _ticks_are_whole(ax.get_xticks())
+    ax = plots.plot_throughput_vs_micro_batch(runs)
+    assert list(ax.get_xticks()) == [1, 2]
+    ax = plots.plot_scaling(runs)
+    assert list(ax.get_xticks()) == [1, 2, 4]

@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data lab test test-fast jupyter lint
+.PHONY: setup data lab test test-fast jupyter lint gpu-check
 
 setup: $(STAMP)
 
@@ -38,3 +38,11 @@ jupyter: setup data
 
 lint: setup
 	$(VENV)/bin/ruff check labkit code tests benchmarks
+
+# The GPU check (benchmarks/README.md, "GPU check"): gpu-marked tests, then the GPU benchmark.
+# Stops at once with a clear message where torch sees no CUDA device.
+gpu-check: setup
+	@$(PY) benchmarks/bench_gpu.py --require-cuda
+	$(PY) code/prepare_data.py
+	$(PY) -m pytest -m gpu tests/test_gpu.py $(PYTEST_ARGS)
+	$(PY) benchmarks/bench_gpu.py

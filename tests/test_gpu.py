@@ -1,0 +1,80 @@
+"""The GPU path for real (``make gpu-check``; never in CI): short runs of code/pretrain_gpt.py
+on CUDA with NCCL. Skipped where torch sees no CUDA device.
+
+The CPU side of each check is in tests/test_engine_gpu_path.py; these prove on a GPU what no
+CPU test can: bf16 and fp16 train, both attention kernels give the same loss, the planner's
+static memory matches ``torch.cuda.memory_allocated``, a capped run fails as ``gpu_oom``, and
+(with two GPUs) PP=2 with virtual stages and TP=2 match PP=1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from engine_runs import losses, train
+from test_engine_gpu_path import static_memory
+
+from labkit.logs import diagnose
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+GPU = dict(device="cuda", num_layers=4, hidden_size=256, num_attention_heads=8, seq_length=256,
+           max_position_embeddings=256, vocab_size=4096, micro_batch_size=4,
+           global_batch_size=16, train_iters=10, log_interval=1, lr_warmup_iters=2, lr=1e-3,
+           min_lr=1e-4, gpus_per_node=1)
+
+
+def _two_gpus() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_half_precision_trains(tmp_path, precision):
+    run_dir = train(tmp_path, precision, precision=precision, attention_backend="flash", **GPU)
+    ls = losses(run_dir)
+    assert sorted(ls) == list(range(1, 11))
+    assert all(math.isfinite(v) for v in ls.values())
+    assert ls[10] < ls[1]
+    log = (run_dir / "log.txt").read_text()
+    assert "[labkit] attention: " in log and "[labkit] optimizer: " in log
+
+
+def test_flash_and_unfused_agree_and_static_memory_matches(tmp_path):
+    runs = {}
+    for backend in ("unfused", "flash"):
+        run_dir = train(tmp_path, backend, precision="bf16", attention_backend=backend, **GPU)
+        runs[backend] = losses(run_dir)
+        for rank, (measured, planned) in static_memory(
+                (run_dir / "log.txt").read_text()).items():
+            assert planned == pytest.approx(measured, rel=0.10), (backend, rank)
+    for it in range(1, 11):
+        assert runs["flash"][it] == pytest.approx(runs["unfused"][it], rel=2e-2), it
+
+
+def test_capped_run_is_a_gpu_oom(tmp_path):
+    run_dir = train(tmp_path, "oom", check=False, precision="bf16", attention_backend="unfused",
+                    memory_limit_gb=0.5, **{**GPU, "micro_batch_size": 64,
+                                             "global_batch_size": 64, "seq_length": 256})
+    log = (run_dir / "log.txt").read_text()
+    assert "memory cap: 0.5 GB" in log
+    assert int((run_dir / "exit_code").read_text()) != 0
+    kinds = [f.kind for f in diagnose(run_dir / "log.txt")]
+    assert kinds[:1] == ["gpu_oom"], kinds
+
+
+def test_interleaved_pipeline_and_tp_match_one_gpu(tmp_path):
+    _two_gpus()
+    two = {**GPU, "gpus_per_node": 2, "global_batch_size": 16}
+    ref = losses(train(tmp_path, "dp2", precision="fp32", attention_backend="flash", **two))
+    for name, layout in (("pp2", dict(pipeline_model_parallel_size=2)),
+                         ("pp2vpp2", dict(pipeline_model_parallel_size=2,
+                                          num_layers_per_virtual_pipeline_stage=1)),
+                         ("tp2", dict(tensor_model_parallel_size=2))):
+        run = losses(train(tmp_path, name, precision="fp32", attention_backend="flash",
+                           **two, **layout))
+        for it in range(1, 11):
+            assert run[it] == pytest.approx(ref[it], abs=5e-3), (name, it)

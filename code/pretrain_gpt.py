@@ -1,17 +1,18 @@
 """Pretrain a GPT with megatron-core: tensor, pipeline (and virtual), data parallel; CPU or GPU.
 
-Runbook (run from the repository root; `make data` first builds data/):
+Runbook (from the repository root, after `make setup data`):
 
-  One machine, 4 processes, TP=2 x PP=2 on CPU (gloo):
-    OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc_per_node 4 \\
-        code/pretrain_gpt.py --config runs/tp2pp2/config.json
+  One machine, 4 processes, TP=2 x PP=2 on CPU (gloo): write a run config, then train it:
+    .venv/bin/labkit new tp2pp2 --preset tiny --tp 2 --pp 2 --nodes 1 --gpus-per-node 4
+    OMP_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc_per_node 4 \\
+        code/pretrain_gpt.py --config runs/tp2pp2/config.json --no-resume
 
   The same with Megatron-LM flag names instead of a config file:
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 4 code/pretrain_gpt.py \\
+    OMP_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc_per_node 4 code/pretrain_gpt.py \\
         --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 4 \\
         --hidden-size 128 --num-attention-heads 4 --seq-length 128 \\
         --max-position-embeddings 128 --micro-batch-size 2 --global-batch-size 8 \\
-        --train-iters 30 --lr 1e-3 --run-dir runs/flags_demo
+        --train-iters 30 --lr 1e-3 --run-dir runs/flags_demo --no-resume
 
   Two nodes (what labkit's job script runs on each node; NCCL on GPUs, gloo on CPU):
     torchrun --nnodes 2 --node_rank $SLURM_NODEID --nproc_per_node 2 \\

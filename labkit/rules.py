@@ -148,7 +148,8 @@ def check(c: RunConfig) -> tuple[list[str], list[str]]:
                  f"{shown_divisors(c.hidden_size)}")
     if heads % groups:
         p.append(f"num_query_groups {groups} does not divide num_attention_heads {heads}")
-    if groups % tp:
+    # Unset, num_query_groups is the head count: the heads rule above already says it all.
+    if groups % tp and c.num_query_groups is not None:
         p.append(f"num_query_groups {groups} is not divisible by TP {tp}; each TP rank needs "
                  f"whole query groups")
     if c.sequence_parallel and tp == 1:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+REPO = Path(__file__).resolve().parents[1]
 
 DOC_FILES = [REPO / "README.md", REPO / "notebooks" / "README.md",
              *sorted((REPO / "docs").glob("*.md"))]

@@ -14,6 +14,12 @@ plugin"). ``down`` stops exactly what ``up`` recorded in ``started.json``.
 While it is up, its cluster profile (``minicluster_cluster()``) is also written to
 ``labkit.paths.MINICLUSTER_SITE``: that file is how ``labkit.site.resolve_cluster(None)`` and
 ``--cluster`` without a value find the mini-cluster. ``down`` removes it first.
+
+Every node also runs ``sshd`` in its namespace (``labkit.minicluster_ssh``: cluster key pair,
+host keys, known_hosts), so ``ssh node2 hostname`` and ``pdsh -R ssh -w node1,node2 hostname``
+work as on a cluster without Slurm; the site profile for the hostfile backend
+(``minicluster_hostfile_cluster()``, hosts with their addresses and slots) is written to
+``HOSTFILE_SITE`` beside the Slurm one. ``cluster_status()["profiles"]`` names both.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from labkit import minicluster_ssh
 from labkit._logging import log
 from labkit.errors import LabkitError
 from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, default_torchrun
@@ -39,6 +46,7 @@ SLURM_CONF = STATE_DIR / "slurm.conf"
 STARTED = STATE_DIR / "started.json"
 BRIDGE, SUBNET, NS_PREFIX, PARTITION = "lkbr0", "10.77.0", "lk-node", "lab"
 ETC_CONF = Path("/etc/slurm/slurm.conf")
+HOSTFILE_SITE = STATE_DIR / "site-hostfile.yaml"
 
 
 class ClusterError(LabkitError, RuntimeError):
@@ -100,14 +108,41 @@ def minicluster_cluster() -> ClusterProfile:
         torchrun=default_torchrun(), slurm_conf=str(SLURM_CONF))
 
 
-def _write_site(cluster: ClusterProfile) -> ClusterProfile:
-    """Publish the running mini-cluster's profile at MINICLUSTER_SITE (see labkit.site)."""
-    MINICLUSTER_SITE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = MINICLUSTER_SITE.with_name(MINICLUSTER_SITE.name + ".tmp")
+def minicluster_hostfile_cluster(launcher: str = "pdsh") -> ClusterProfile:
+    """The profile for the hostfile backend on the running mini-cluster: its nodes by name with
+    their addresses and slots (CPUs per node), reached with ssh; ``launcher`` pdsh|deepspeed."""
+    st = _read_started() or {}
+    if not st.get("nodes"):
+        raise ClusterError("the mini-cluster is not up: `sudo labkit cluster up` first")
+    hosts = [{"name": n, "address": node_addr(i), "slots": st["cpus_per_node"]}
+             for i, n in enumerate(node_names(st["nodes"]), start=1)]
+    return ClusterProfile(name="local-minicluster-hostfile", hosts=tuple(hosts),
+                          launcher=launcher, gpu_request="none", torchrun=default_torchrun(),
+                          env=dict(minicluster_cluster().env), time_limit="00:20:00")
+
+
+def _write_site(cluster: ClusterProfile, path: Path | None = None) -> ClusterProfile:
+    """Publish a running mini-cluster's profile at ``path`` (default MINICLUSTER_SITE, which
+    labkit.site reads)."""
+    path = path or MINICLUSTER_SITE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("# Written by `labkit cluster up` while the mini-cluster runs; `labkit cluster "
                    "down` removes it.\n" + yaml.safe_dump(cluster.to_dict(), sort_keys=False))
-    tmp.replace(MINICLUSTER_SITE)  # atomic: a reader sees the old file or the new one
+    tmp.replace(path)  # atomic: a reader sees the old file or the new one
     return cluster
+
+
+def _publish(record: dict) -> ClusterProfile:
+    """Start the nodes' sshd if they do not run, then write both site profiles."""
+    nodes = [(n, f"{NS_PREFIX}{i}", node_addr(i))
+             for i, n in enumerate(node_names(record["nodes"]), start=1)]
+    if not all(_alive(record["pids"].get(f"sshd-{n}"), "sshd") for n, _, _ in nodes):
+        minicluster_ssh.stop(record["pids"])
+        record["pids"].update(minicluster_ssh.start(nodes))
+        STARTED.write_text(json.dumps(record))
+    _write_site(minicluster_hostfile_cluster(), HOSTFILE_SITE)
+    return _write_site(minicluster_cluster())
 
 
 def _slurm_conf(nodes: int, cpus: int) -> str:
@@ -142,13 +177,13 @@ def _slurm_conf(nodes: int, cpus: int) -> str:
 
 
 def _ensure_packages() -> None:
-    if shutil.which("slurmctld") and shutil.which("munged"):
+    if shutil.which("slurmctld") and shutil.which("munged") and not minicluster_ssh.packages_missing():
         return
-    log.info("installing slurm-wlm and munge with apt-get (first start on this machine)")
+    log.info("installing slurm-wlm, munge, openssh-server and pdsh with apt-get (first start)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     _sh("apt-get", "update", "-q", env=env)
     _sh("apt-get", "install", "-y", "-q", "--no-install-recommends", "slurm-wlm", "munge",
-        "iproute2", env=env)
+        "iproute2", "openssh-server", "openssh-client", "pdsh", env=env)
 
 
 def _munge_ok() -> bool:
@@ -206,7 +241,8 @@ def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> C
     st = _read_started()
     if is_up() and st and (st["nodes"], st["cpus_per_node"], st["rate"]) == (
             nodes, cpus_per_node, rate):
-        return _write_site(minicluster_cluster())
+        _ensure_packages()
+        return _publish(st)
     if st:
         log.info("stopping the previous mini-cluster first (different shape or half started)")
         cluster_down()
@@ -238,9 +274,10 @@ def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> C
         record["etc_link"] = True
     STARTED.write_text(json.dumps(record))
     _wait_idle(nodes)
+    site = _publish(record)
     log.info(f"mini-cluster up: {nodes} nodes x {cpus_per_node} CPUs, link {rate}, "
-             f"SLURM_CONF={SLURM_CONF}")
-    return _write_site(minicluster_cluster())
+             f"SLURM_CONF={SLURM_CONF}, sshd on every node")
+    return site
 
 
 def _wait_pidfile(path: Path, name: str, timeout: float = 20) -> int:
@@ -288,11 +325,13 @@ def cluster_down() -> None:
     namespaces, links and /etc/slurm/slurm.conf link, and its cluster profile at
     MINICLUSTER_SITE. State and logs stay in STATE_DIR."""
     MINICLUSTER_SITE.unlink(missing_ok=True)  # first: no new job should pick a stopping cluster
+    HOSTFILE_SITE.unlink(missing_ok=True)
     st = _read_started()
     if not st:
         log.info("no mini-cluster recorded in %s: nothing to stop", STARTED)
         return
     pids = st.get("pids", {})
+    minicluster_ssh.stop(pids)
     for key, pid in pids.items():
         if key.startswith("slurmd"):
             _stop(pid, "slurmd")
@@ -320,12 +359,13 @@ def cluster_down() -> None:
 
 def cluster_status() -> dict:
     """``{"up", "nodes": [{"name", "addr", "state", "cpus"}], "slurm_conf", "partition", "rate",
-    "profiles": {"slurm": PATH}}``; PATH is the cluster profile YAML of the mini-cluster, which
-    exists while it is up (pass it as ``cluster=`` or ``--cluster``)."""
+    "profiles": {"slurm": PATH, "hostfile": PATH}}``; each PATH is a cluster profile YAML of the
+    mini-cluster (Slurm; hosts reached with ssh), which exists while it is up (pass it as
+    ``cluster=`` or ``--cluster``)."""
     st = _read_started()
     out = {"up": is_up(), "nodes": [], "slurm_conf": str(SLURM_CONF), "partition": PARTITION,
            "rate": st.get("rate") if st else None,
-           "profiles": {"slurm": str(MINICLUSTER_SITE)}}
+           "profiles": {"slurm": str(MINICLUSTER_SITE), "hostfile": str(HOSTFILE_SITE)}}
     if not out["up"]:
         return out
     p = _sh("sinfo", "-N", "-h", "-o", "%N|%o|%t|%c", check=False, env=_slurm_env())

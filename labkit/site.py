@@ -3,7 +3,9 @@
 A cluster profile is a small YAML file (examples in ``code/clusters/``): partition, account, qos,
 time limit, how GPUs are requested, modules to load, an optional container wrapper, environment
 variables for NCCL / gloo, and the shared run root. ``render_sbatch`` reads it; nothing about a
-particular site is hard-coded anywhere else.
+particular site is hard-coded anywhere else. A site without Slurm lists its ``hosts`` (name,
+address, slots) or points at an existing DeepSpeed ``hostfile``, and picks a ``launcher``
+(``pdsh`` or ``deepspeed``) for the hostfile backend (``labkit.hosts`` reads either).
 
 ``load_cluster(path_or_name)`` reads one; ``resolve_cluster(cluster)`` is what every ``cluster=``
 keyword goes through: an object, a YAML path or a name in ``code/clusters/``, or None for the
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import ConfigError
+from labkit.hosts import check_hosts
 from labkit.paths import CODE_DIR, MINICLUSTER_SITE
 from labkit.validate import loads_yaml, read_input, text_problem
 
@@ -31,6 +34,7 @@ CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis")
 MASTER_ADDR_FROM = ("hostname", "nodeaddr")
 _TIME_RE = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLACEHOLDER = re.compile(r"\{[^}]*\}?|\}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,11 @@ class ClusterProfile:
     code_dir: str | None = None
     """Where ``pretrain_gpt.py`` lives on the nodes; None: this checkout's ``code/``."""
     run_root: str | None = None
-    """Shared run root seen by every node; None: ``labkit.paths.run_root()``."""
+    """Shared run root seen by every node; None: ``labkit.paths.run_root()``. ``{user}`` in it
+    is the Unix user running labkit (``/shared/labkit/{user}/runs``: one root per student)."""
+    gpu_memory_gb: float | None = None
+    """Memory of one GPU of the site in GB (e.g. 80 for an H100 80GB); the planner's budget
+    under the ``gpu`` profile. None: the profile's default."""
     master_addr_from: str = "hostname"
     """``hostname``: the head node's name; ``nodeaddr``: its Slurm NodeAddr (the mini-cluster,
     whose nodes share one hostname)."""
@@ -72,6 +80,15 @@ class ClusterProfile:
     """SLURM_CONF for labkit's own sbatch/squeue calls (the mini-cluster); None: the default."""
     sbatch_extra: tuple[str, ...] = ()
     """More ``#SBATCH`` options, verbatim, e.g. ``--constraint=h100``."""
+    hosts: tuple[dict[str, Any], ...] = ()
+    """The hostfile backend's hosts in order, the first one the head (MASTER_ADDR):
+    ``{name, address, slots}``; ``address`` (what the rendezvous dials) defaults to the name,
+    ``slots`` is processes (GPUs) on that host. Slot counts may differ between hosts."""
+    hostfile: str | None = None
+    """Instead of ``hosts``: an existing DeepSpeed hostfile (``name slots=N`` lines)."""
+    launcher: str = "pdsh"
+    """The hostfile backend's launcher: ``pdsh`` (``pdsh -R ssh`` runs torchrun on every host)
+    or ``deepspeed`` (the DeepSpeed launcher; ``pip install -e .[deepspeed]``)."""
 
     def __post_init__(self) -> None:
         for n in ("modules", "setup", "sbatch_extra"):
@@ -82,6 +99,8 @@ class ClusterProfile:
                 object.__setattr__(self, n, ())
         if type(self.time_limit) is int:  # YAML's `time_limit: 30` (minutes)
             object.__setattr__(self, "time_limit", str(self.time_limit))
+        if isinstance(self.hosts, list):
+            object.__setattr__(self, "hosts", tuple(self.hosts))
         problems = _check(self)
         if problems:
             raise ConfigError([f"cluster profile {self.name!r}: {p}" for p in problems])
@@ -95,7 +114,15 @@ class ClusterProfile:
         d = dataclasses.asdict(self)
         for n in ("modules", "setup", "sbatch_extra"):
             d[n] = list(d[n])
+        d["hosts"] = [dict(h) for h in self.hosts]
         return d
+
+    def run_root_path(self, user: str | None = None) -> Path | None:
+        """``run_root`` with ``{user}`` filled in (default: the Unix user running this process,
+        from its uid, not from $USER); None when the profile sets no run root."""
+        if not self.run_root:
+            return None
+        return Path(self.run_root.replace("{user}", user or current_user()))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterProfile:
@@ -132,6 +159,13 @@ def _check(p: ClusterProfile) -> list[str]:
             out.append(why)
     if out:
         return out
+    if p.run_root is not None and (bad := _PLACEHOLDER.findall(p.run_root.replace("{user}", ""))):
+        out.append(f"run_root={p.run_root!r}: {bad} is not a placeholder labkit fills; only "
+                   f"{{user}} is, e.g. /shared/labkit/{{user}}/runs")
+    g = p.gpu_memory_gb
+    if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
+                          or not 0 < g <= 100_000):
+        out.append(f"gpu_memory_gb={g!r:.40} must be a positive number of GB (e.g. 80) or null")
     if p.gpu_request not in GPU_REQUESTS:
         out.append(f"gpu_request={p.gpu_request!r} is not one of {list(GPU_REQUESTS)}")
     if p.master_addr_from not in MASTER_ADDR_FROM:
@@ -163,7 +197,7 @@ def _check(p: ClusterProfile) -> list[str]:
         v = getattr(p, n)
         if v is not None and (text_problem(n, v) or any(ch.isspace() for ch in v)):
             out.append(f"{n}={v!r:.60} must be a non-empty word without spaces")
-    return out
+    return out + check_hosts(p)
 
 
 def _check_env(env: Any) -> list[str]:
@@ -200,6 +234,16 @@ def _check_container(c: Any) -> list[str]:
         elif any(ch.isspace() for ch in m):
             out.append(f"container mounts[{i}]={m!r} holds a space; a bind mount is SRC:DST")
     return out
+
+
+def current_user() -> str:
+    """The Unix user this process runs as (by uid: $USER can say anything)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (some containers)
+        return str(os.getuid())
 
 
 def load_cluster(path_or_name: str | Path) -> ClusterProfile:

@@ -30,6 +30,7 @@ def test_slurm_conf_shape():
 def test_down_removes_the_published_profile_even_when_nothing_runs(tmp_path, monkeypatch):
     site_yaml = tmp_path / "site.yaml"
     monkeypatch.setattr(minicluster, "MINICLUSTER_SITE", site_yaml)
+    monkeypatch.setattr(minicluster, "HOSTFILE_SITE", tmp_path / "site-hostfile.yaml")
     monkeypatch.setattr(minicluster, "STARTED", tmp_path / "started.json")
     cluster = minicluster._write_site(minicluster.minicluster_cluster())
     assert load_cluster(site_yaml) == cluster  # what resolve_cluster(None) reads while up
@@ -41,7 +42,8 @@ def test_down_removes_the_published_profile_even_when_nothing_runs(tmp_path, mon
 
 def test_status_names_the_profile_file():
     st = minicluster.cluster_status()
-    assert st["profiles"] == {"slurm": str(paths.MINICLUSTER_SITE)}
+    assert st["profiles"] == {"slurm": str(paths.MINICLUSTER_SITE),
+                              "hostfile": str(minicluster.HOSTFILE_SITE)}
     assert paths.MINICLUSTER_SITE.parent == minicluster.STATE_DIR
 
 

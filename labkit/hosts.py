@@ -1,0 +1,121 @@
+"""The hosts of a site without Slurm: a profile's ``hosts:`` list or a DeepSpeed hostfile.
+
+A cluster profile (``labkit.site.ClusterProfile``) for the hostfile backend lists its hosts in
+order, the first one the head (it hosts the rendezvous, ``MASTER_ADDR``)::
+
+    launcher: pdsh            # or deepspeed
+    hosts:
+      - {name: node1, address: 10.0.0.11, slots: 2}
+      - {name: node2, address: 10.0.0.12, slots: 2}
+      - {name: node3, slots: 1}          # address defaults to the name
+
+or points at an existing DeepSpeed hostfile (``hostfile: /shared/hostfile``, lines
+``worker-1 slots=8``). ``check_hosts`` is the profile's validation of these fields;
+``cluster_hosts`` returns :class:`Host` objects from either form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from labkit.site import ClusterProfile
+
+LAUNCHERS = ("pdsh", "deepspeed")
+HOST_KEYS = ("name", "address", "slots")
+_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)\s*(#.*)?$")
+_EXAMPLE = "e.g. {name: node1, address: 10.0.0.11, slots: 8}"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host: ``name`` (written to the hostfile, dialled by ssh and pdsh), ``slots``
+    (processes on it), ``address`` (what the rendezvous dials; the name when not given)."""
+
+    name: str
+    slots: int
+    address: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "slots": self.slots}
+
+
+def _word(v: Any) -> bool:
+    return isinstance(v, str) and bool(v) and len(v) <= 255 and not any(c.isspace() for c in v)
+
+
+def check_hosts(p: ClusterProfile) -> list[str]:
+    """What is wrong with a profile's ``launcher``, ``hosts`` and ``hostfile`` (one line each)."""
+    out = []
+    if p.launcher not in LAUNCHERS:
+        out.append(f"launcher={p.launcher!r:.40} is not one of {list(LAUNCHERS)}")
+    if not isinstance(p.hosts, tuple):
+        return out + [f"hosts must be a list of hosts, {_EXAMPLE}; got {type(p.hosts).__name__}"]
+    if p.hosts and p.hostfile:
+        out.append(f"give hosts ({len(p.hosts)} listed) or hostfile ({p.hostfile!r:.80}), not both")
+    if p.hostfile is not None and not _word(p.hostfile):
+        out.append(f"hostfile={p.hostfile!r:.80} must be the path of a DeepSpeed hostfile")
+    names = []
+    for i, h in enumerate(p.hosts, start=1):
+        if not isinstance(h, dict):
+            out.append(f"hosts[{i}]={h!r:.60} must be a mapping, {_EXAMPLE}")
+            continue
+        if set(h) - set(HOST_KEYS):
+            out.append(f"hosts[{i}] has unknown keys {sorted(map(str, set(h) - set(HOST_KEYS)))}; "
+                       f"valid: {', '.join(HOST_KEYS)}")
+        name = h.get("name")
+        if not _word(name):
+            out.append(f"hosts[{i}] name={name!r:.60} must be a host name without spaces, "
+                       f"{_EXAMPLE}")
+        names.append(name)
+        if h.get("address") is not None and not _word(h.get("address")):
+            out.append(f"hosts[{i}] ({name}) address={h.get('address')!r:.60} must be a host name "
+                       f"or IP address without spaces")
+        s = h.get("slots")
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 < s <= 4096:
+            out.append(f"hosts[{i}] ({name}) slots={s!r:.20} must be a positive integer "
+                       f"(processes, one per GPU, on that host)")
+    dup = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    if dup:
+        out.append(f"hosts lists {dup} more than once; list each host once with its slots")
+    return out
+
+
+def parse_hostfile(text: str, source: str = "hostfile") -> list[Host]:
+    """The hosts of a DeepSpeed hostfile (``name slots=N`` per line, ``#`` comments)."""
+    hosts: list[Host] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _HOSTFILE_LINE.match(line)
+        if not m or int(m.group(2)) <= 0:
+            raise ConfigError(f"{source} line {n}: {line[:80]!r} is not `NAME slots=N` (N > 0), "
+                              f"e.g. `worker-1 slots=8`")
+        if any(h.name == m.group(1) for h in hosts):
+            raise ConfigError(f"{source} line {n}: host {m.group(1)!r} is listed twice; list "
+                              f"each host once with all its slots")
+        hosts.append(Host(m.group(1), int(m.group(2)), m.group(1)))
+    if not hosts:
+        raise ConfigError(f"{source} lists no hosts; one line per host, e.g. `worker-1 slots=8`")
+    return hosts
+
+
+def cluster_hosts(cluster: ClusterProfile) -> list[Host]:
+    """A profile's hosts (``hosts``, or its ``hostfile`` read); [] when it has neither."""
+    if cluster.hosts:
+        return [Host(h["name"], h["slots"], h.get("address") or h["name"]) for h in cluster.hosts]
+    if cluster.hostfile:
+        path = Path(cluster.hostfile).expanduser()
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"cluster profile {cluster.name!r}: cannot read hostfile {path}: "
+                              f"{e.strerror}; fix the path, or list hosts: in the profile") from None
+        return parse_hostfile(text, str(path))
+    return []

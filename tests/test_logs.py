@@ -215,13 +215,47 @@ def test_parse_run_and_load_runs_join_config(run_root):
     assert len(load_runs(run_root)) == 4  # a run root expands to its runs
 
 
-@pytest.mark.parametrize("fixture", sorted(p.name for p in FIX.glob("*.txt")))
-def test_grep_and_python_paths_agree(fixture, monkeypatch):
-    fast = parse_log(FIX / fixture).to_dict()
+ALL_FIXTURES = sorted(FIX.glob("*.txt")) + sorted((FIX / "real").glob("*.txt"))
+
+
+@pytest.mark.parametrize("fixture", ALL_FIXTURES, ids=[p.name for p in ALL_FIXTURES])
+def test_fast_grep_and_python_paths_agree(fixture, monkeypatch):
+    """The fast path (Hyperscan when installed), grep's and the straightforward one: identical."""
+    from labkit.logs import fastscan
+
+    fast = parse_log(fixture).to_dict()
+    monkeypatch.setattr(fastscan, "CHUNK", 256)  # chunk boundaries everywhere, long lines grow it
+    monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 1)
+    small = parse_log(fixture).to_dict()
+    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    grep = parse_log(fixture).to_dict()
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
-    slow = parse_log(FIX / fixture).to_dict()
-    lines = parse_lines((FIX / fixture).read_text().splitlines()).to_dict()
-    assert fast == slow == lines
+    slow = parse_log(fixture).to_dict()
+    lines = parse_lines(fixture.read_bytes().splitlines()).to_dict()
+    assert fast == small == grep == slow == lines
+
+
+def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
+    """Thousands of lines: common-format iterations between every other kind of line, in chunks."""
+    import random
+
+    from labkit.logs import fastscan
+
+    rng = random.Random(7)
+    others = [ln for f in ALL_FIXTURES for ln in f.read_bytes().splitlines()]
+    out = []
+    for i in range(1, 3000):
+        out.append(ENGINE_LINE.replace(" 5/", f" {i}/").encode())
+        out += rng.sample(others, rng.randrange(4))
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"\n".join(out))  # no newline at the end either
+    monkeypatch.setattr(fastscan, "CHUNK", 1 << 14)
+    monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 97)
+    fast = parse_log(log).to_dict()
+    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    monkeypatch.setenv("LABKIT_NO_GREP", "1")
+    assert fast == parse_log(log).to_dict()
+    assert len(fast["iterations"]) >= 2999
 
 
 def test_chunked_iteration_records_give_the_same_frame(monkeypatch):

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.logs import deepspeed, megatron, nccl
+from labkit.logs import deepspeed, fastscan, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.lines import Line
 from labkit.logs.scan import feed_file, feed_lines
@@ -94,7 +94,11 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _pack(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Records -> a compact frame (timestamps as datetime64, not one string object per row)."""
-    df = pd.DataFrame(rows)
+    return _pack_columns(pd.DataFrame(rows))
+
+
+def _pack_columns(data: dict[str, list] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(data)
     if "timestamp" in df.columns:
         df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce", format="mixed")
     return df
@@ -105,6 +109,7 @@ class _Collector:
         # Iteration records are packed into DataFrame chunks as they come, so memory grows with
         # the compact table, not with one Python dict per iteration.
         self.iter_rows: list[dict[str, Any]] = []
+        self.fast_rows: list[tuple] = []  # bytes fields of whole Megatron lines (fastscan.py)
         self.iter_chunks: list[pd.DataFrame] = []
         self.memory: list[dict[str, Any]] = []
         self.validation: list[dict[str, Any]] = []
@@ -148,13 +153,44 @@ class _Collector:
         self._safe(line)
 
     def _add_iteration(self, rec: dict[str, Any]) -> None:
+        if self.fast_rows:  # keep the records in log order
+            self._pack_fast()
         self.iter_rows.append(rec)
         if len(self.iter_rows) >= _CHUNK_ROWS:
             self.iter_chunks.append(_pack(self.iter_rows))
             self.iter_rows = []
 
+    def add_fast(self, groups: tuple) -> None:
+        """One iteration line in the common Megatron format, as megatron._FAST's bytes groups."""
+        if self.iter_rows:
+            self.iter_chunks.append(_pack(self.iter_rows))
+            self.iter_rows = []
+        self.fast_rows.append(groups)
+        if len(self.fast_rows) >= _CHUNK_ROWS:
+            self._pack_fast()
+
+    def _pack_fast(self) -> None:
+        """Column by column, the same frame _pack makes of megatron._parse_fast's records."""
+        columns = zip(*self.fast_rows, strict=True)  # the rows are unpacked here ...
+        self.fast_rows.clear()  # ... so the list can be emptied in place (fastscan holds it)
+        data: dict[str, list] = {}
+        for name, col in zip(megatron._FAST_COLS, columns, strict=True):
+            if name == "timestamp":
+                values = [None if v is None else v.decode() for v in col]
+            elif name in megatron._FAST_INT:
+                values = list(map(int, col))  # never optional
+            elif None in col:
+                values = [None if v is None else float(v) for v in col]
+            else:
+                values = list(map(float, col))
+            if any(v is not None for v in values):  # a record dict leaves out a missing field
+                data[name] = values
+        self.iter_chunks.append(_pack_columns(data))
+
     def iterations(self) -> pd.DataFrame:
         """All iteration records; several records of one iteration merge (the last value wins)."""
+        if self.fast_rows:
+            self._pack_fast()
         frames = [f for f in self.iter_chunks + [_pack(self.iter_rows)] if not f.empty]
         self.iter_chunks, self.iter_rows = [], []
         if not frames:
@@ -306,8 +342,9 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
         raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training log "
                           f"(e.g. runs/<name>/log.txt); for lines of text use parse_lines(lines).")
     col = _Collector()
+    feed = fastscan.feed_file_fast if fastscan.available() else feed_file
     for p in paths:
-        feed_file(col, Path(p))
+        feed(col, Path(p))
         col.flush()  # a wrapped line never continues into the next file
     return _result(col, [str(p) for p in paths])
 

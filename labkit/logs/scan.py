@@ -22,15 +22,20 @@ from typing import Any, Protocol
 from labkit.errors import LabkitError
 from labkit.logs.lines import Line, clean_line, iter_file
 
-# Every record parser and failure rule is gated on one of these words.
-TRIGGERS = ("iteration", "memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
+# Every record parser and failure rule is gated on one of these words, or on an iteration
+# counter (``iteration 5/ 30``: every iteration record has one; the word alone is no record).
+TRIGGERS = ("memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
             "number of parameters", "Theoretical", "validation loss", "validation results", "test loss",
             "test results", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory", "Kill", "SIGKILL",
             "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
             "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length")
-_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS))
-_TRIGGER_B = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
+_SP = "[\t\x0b\x0c\r ]"  # a space within a line, ASCII only (the same on str and bytes)
+ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"
+TRIGGER_PATTERNS = (ITERATION_TRIGGER, *(re.escape(t) for t in TRIGGERS))
+_TRIGGER_RE = re.compile("|".join(TRIGGER_PATTERNS))
+_TRIGGER_B = re.compile("|".join(TRIGGER_PATTERNS).encode())
+_ERE_SPECIAL = re.compile(r"([.\[\]()*+?{}|^$\\])")
 _GREP_OUT = re.compile(rb"(\d{1,15}):(\d{1,20}):")
 
 
@@ -82,10 +87,11 @@ def _line_before(fh: Any, offset: int) -> bytes | None:
 
 def feed_file_grep(col: Collector, path: Path, grep: str) -> None:
     """The fast path for files: grep finds trigger lines, Python reads their context."""
-    with tempfile.NamedTemporaryFile("w", suffix=".patterns", delete=False) as pf:
-        pf.write("\n".join(TRIGGERS) + "\n")
+    ere = [ITERATION_TRIGGER] + [_ERE_SPECIAL.sub(r"\\\1", t) for t in TRIGGERS]
+    with tempfile.NamedTemporaryFile("wb", suffix=".patterns", delete=False) as pf:
+        pf.write("\n".join(ere).encode() + b"\n")  # the same triggers, as extended regexes
     env = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: invalid UTF-8 cannot stop it
-    proc = subprocess.Popen([grep, "-a", "-n", "-b", "-F", "-f", pf.name, "--", str(path)],
+    proc = subprocess.Popen([grep, "-a", "-n", "-b", "-E", "-f", pf.name, "--", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=1 << 20)
     last_fed = 0
     try:

@@ -1,0 +1,180 @@
+"""The fast path for log files: one compiled multi-pattern pass per large chunk, iteration
+lines parsed straight from the bytes.
+
+A big log is mostly iteration lines and chatter. Hyperscan (a compiled multi-pattern engine)
+finds every trigger (scan.py's patterns) in chunks of ``CHUNK`` bytes read into one reused
+buffer, so memory stays flat in the file size. Lines in the common Megatron format (an optional
+launcher prefix, then what ``megatron._FAST`` matches) become a row of bytes fields appended to
+the collector's column store (``add_fast``): no cleaning, no dict per line. Every other line is
+fed exactly as ``scan.feed_lines`` would feed it (the same triggers, the line before a hit and
+the one after, every line while a record is open), with its line number counted lazily, so
+both paths give the same result (tests/test_logs.py compares them on every fixture).
+
+Without the ``hyperscan`` package this path is off and scan.py's grep path runs instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from labkit.logs.lines import clean_line
+from labkit.logs.megatron import _FAST
+from labkit.logs.scan import TRIGGER_PATTERNS, _complete_record
+
+try:  # optional accelerator: hyperscan wheels exist for x86-64 Linux and macOS
+    import hyperscan
+except ImportError:  # pragma: no cover - depends on the platform
+    hyperscan = None
+
+CHUNK = 64 << 20
+FAST_PACK_ROWS = 20_000  # as parse._CHUNK_ROWS: rows are packed into a frame this often
+_NUM = rb"([0-9]{1,20}(?:\.[0-9]{1,20})?(?:E[+-][0-9]{1,3})?)"  # always a valid float
+_PREFIX = (rb"(?:[ \t]{0,6}[0-9]{1,6}: |\[rank[0-9]{1,6}\]: ?|\[[a-z_]{1,32}[0-9]{1,6}\]: ?"
+           rb"|\[[0-9]{1,6},[0-9]{1,6}\]<std(?:out|err)>:)?")
+# megatron._FAST on bytes, ASCII digits, numbers that float() always takes, trailing blanks / CR
+_BFAST = re.compile(_PREFIX + _FAST.pattern.encode()
+                    .replace(rb"([0-9][0-9.]{0,30}(?:E[+-]\d{1,3})?)", _NUM)
+                    .replace(rb"\d", rb"[0-9]") + rb"[ \r]*")
+_db: Any = None
+
+
+def available() -> bool:
+    return hyperscan is not None and not os.environ.get("LABKIT_NO_HYPERSCAN")
+
+
+def _database() -> Any:
+    global _db
+    if _db is None:
+        exprs = [p.encode() for p in TRIGGER_PATTERNS]
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
+                   flags=[0] * len(exprs))
+        _db = db
+    return _db
+
+
+class _LineNumbers:
+    """1-based line numbers of file offsets, counted only when asked for (in file order)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.off, self.n = fd, 0, 1
+
+    def _count_file(self, upto: int) -> None:
+        while self.off < upto:  # a stretch nobody needed a number in: count it from the file
+            block = os.pread(self.fd, min(1 << 20, upto - self.off), self.off)
+            if not block:
+                break
+            self.n += block.count(b"\n")
+            self.off += len(block)
+
+    def at(self, off: int, buf: bytearray, buf_off: int) -> int:
+        if off < buf_off:
+            self._count_file(off)
+        else:
+            self._count_file(buf_off)
+            self.n += buf.count(b"\n", self.off - buf_off, off - buf_off)
+            self.off = off
+        return self.n
+
+
+def _collect(_id: int, _start: int, end: int, _flags: int, hits: list[int]) -> None:
+    hits.append(end)
+
+
+def feed_file_fast(col: Any, path: Path) -> None:
+    """Feed ``path`` to ``col`` (a parse._Collector); same result as scan.feed_lines on its lines."""
+    db = _database()
+    fast = _BFAST.fullmatch
+    with open(path, "rb", buffering=0) as f:
+        numbers = _LineNumbers(f.fileno())
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        buf_off = 0  # file offset of buf[0]
+        keep = 0  # bytes of an unfinished line carried to the front of buf
+        prev: tuple[int, bytes] | None = None  # (file offset, raw) of the last line seen
+        state = {"fed_prev": True, "force": 0}
+        while True:
+            if keep == len(buf):  # one line longer than the buffer: grow it
+                view.release()
+                buf.extend(bytes(len(buf)))
+                view = memoryview(buf)
+            n = f.readinto(view[keep:])
+            end = keep + n
+            if end == 0:
+                break
+            cut = buf.rfind(b"\n", 0, end) + 1 if n else end
+            if cut == 0:
+                keep = end
+                continue
+            hits: list[int] = []
+            chunk = view[:cut]
+            db.scan(chunk, match_event_handler=_collect, context=hits)
+            chunk.release()
+            prev = _feed_chunk(col, buf, buf_off, cut, hits, numbers, prev, state, fast)
+            buf[: end - cut] = buf[cut:end]
+            buf_off += cut
+            keep = end - cut
+            if n == 0:
+                break
+        view.release()
+
+
+def _feed_chunk(col: Any, buf: bytearray, buf_off: int, cut: int, hits: list[int], numbers: _LineNumbers,
+                prev: tuple[int, bytes] | None, state: dict, fast: Any) -> tuple[int, bytes] | None:
+    """The lines of buf[:cut] in order, as scan.feed_lines visits them: a line with a hit, the
+    line before it and after it (unless it is a whole record), every line while col is busy.
+    ``prev`` is the (file offset, raw bytes) of the line before buf[0]; the last line is returned."""
+    rfind, find = buf.rfind, buf.find
+    rows = col.fast_rows
+    hits.sort()  # by end offset; a hit at end offset x lies on the line holding byte x - 1
+    force, fed_prev = state["force"], state["fed_prev"]
+    pls = ple = -1  # the previous line when it lies in buf (else ``prev`` holds it)
+    pos, h, nh = 0, 0, len(hits)
+    while pos < cut:
+        busy = col.busy
+        if not (force or busy):  # jump to the line of the next hit
+            while h < nh and hits[h] <= pos:
+                h += 1
+            if h == nh:  # none left: the chunk's last line becomes the unfed previous line
+                end = cut - 1 if buf[cut - 1] == 10 else cut
+                pls, ple, fed_prev = max(pos, rfind(b"\n", pos, end) + 1), end, False
+                break
+            ls = rfind(b"\n", 0, hits[h]) + 1
+            if ls > pos:  # lines were skipped: the one just before is the unfed previous line
+                pls, ple, fed_prev = rfind(b"\n", 0, ls - 1) + 1, ls - 1, False
+        else:
+            ls = pos
+        le = find(b"\n", ls, cut)
+        if le < 0:
+            le = cut
+        hit = False
+        while h < nh and hits[h] <= le:
+            hit = hit or hits[h] > ls
+            h += 1
+        m = fast(buf, ls, le) if hit and not busy else None
+        if m is not None:  # a whole iteration record in the common format
+            if col.iter_rows:
+                col.add_fast(m.groups())
+            else:
+                rows.append(m.groups())
+                if len(rows) >= FAST_PACK_ROWS:
+                    col._pack_fast()  # empties the same list
+            force = 0
+        else:
+            raw = bytes(buf[ls:le])
+            context = hit and not _complete_record(raw)
+            if context and not fed_prev:
+                if pls >= 0:
+                    prev = (buf_off + pls, bytes(buf[pls:ple]))
+                if prev is not None:
+                    col.feed(clean_line(prev[1], numbers.at(prev[0], buf, buf_off)))
+            col.feed(clean_line(raw, numbers.at(buf_off + ls, buf, buf_off)))
+            force = 1 if context else 0
+        fed_prev = True
+        pls, ple = ls, le
+        pos = le + 1
+    state["force"], state["fed_prev"] = force, fed_prev
+    return (buf_off + pls, bytes(buf[pls:ple])) if pls >= 0 else prev

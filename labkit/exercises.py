@@ -141,8 +141,9 @@ def check_world_size(answer: Any, *, nodes: int, gpus_per_node: int) -> CheckRes
     if (r := _unfilled("world_size", want, world_size=answer)) is not None:
         return r
     problems = [] if answer == want else [
-        f"world_size = {answer!r}, but {nodes} node(s) x {gpus_per_node} GPU(s) per node = "
-        f"{want} ranks: one rank per GPU (per process on CPU)."]
+        f"world_size = {answer!r}. The job has {nodes} node(s) with {gpus_per_node} GPU(s) "
+        f"each, and every GPU (on CPU: every training process) runs exactly one rank. Count the "
+        f"ranks on all the nodes."]
     return _finish("world_size", problems, f"{nodes} x {gpus_per_node} = {want} ranks.", answer,
                    want)
 
@@ -157,12 +158,9 @@ def check_layout(tp: Any, pp: Any, dp: Any, world_size: int) -> CheckResult:
     if bad:
         problems.append(f"{', '.join(bad)}: each degree is a whole number >= 1.")
     elif tp * pp * dp != world_size:
-        hint = ""
-        if world_size % (tp * pp) == 0:
-            hint = f" With TP={tp} and PP={pp}, DP = {world_size} / ({tp} x {pp}) = " \
-                   f"{world_size // (tp * pp)}."
         problems.append(f"TP x PP x DP = {tp} x {pp} x {dp} = {tp * pp * dp}, but the job has "
-                        f"{world_size} ranks.{hint}")
+                        f"{world_size} ranks. One model replica takes TP x PP ranks; DP is how "
+                        f"many replicas the ranks hold.")
     return _finish("layout", problems,
                    f"TP x PP x DP = {tp} x {pp} x {dp} = {world_size} ranks.", (tp, pp, dp))
 
@@ -180,9 +178,10 @@ def check_num_microbatches(answer: Any, *, global_batch_size: int, micro_batch_s
                         f"{micro_batch_size} x DP {dp} = {per_step}: no whole number of "
                         f"microbatches exists; change the batch sizes first.")
     elif answer != want:
-        problems.append(f"num_microbatches = {answer!r}, but global {global_batch_size} / "
-                        f"(micro {micro_batch_size} x DP {dp}) = {global_batch_size} / "
-                        f"{per_step} = {want}.")
+        problems.append(f"num_microbatches = {answer!r}. In one round of microbatches each of "
+                        f"the {dp} data-parallel rank(s) takes {micro_batch_size} sample(s); the "
+                        f"iteration is done when the rounds add up to the global batch of "
+                        f"{global_batch_size} samples. How many rounds is that?")
     return _finish("num_microbatches", problems,
                    f"{global_batch_size} / ({micro_batch_size} x {dp}) = {want} microbatches "
                    f"(gradient accumulation steps) per iteration.", answer, want)
@@ -194,12 +193,15 @@ def check_bubble(answer: Any, *, pp: int, num_microbatches: int, vpp: int = 1,
     want = (pp - 1) / (vpp * num_microbatches)
     if (r := _unfilled("bubble", want, bubble=answer)) is not None:
         return r
-    v = f" x v {vpp}" if vpp > 1 else ""
     ok = isinstance(answer, (int, float)) and math.isclose(answer, want, rel_tol=rel_tol,
                                                           abs_tol=1e-9)
+    chunks = f", each in {vpp} model chunks" if vpp > 1 else ""
     problems = [] if ok else [
-        f"bubble = {answer!r}, but (PP - 1) / ({'v x ' if vpp > 1 else ''}m) = ({pp} - 1) / "
-        f"(m {num_microbatches}{v}) = {want:.3f}. More microbatches shrink it."]
+        f"bubble = {answer!r}. With {pp} pipeline stages the last stage waits while the first "
+        f"microbatch passes the {pp - 1} stage(s) before it, and the first stage idles as long at "
+        f"the end of the backward pass; meanwhile each stage computes {num_microbatches} "
+        f"microbatch slot(s){chunks}. The bubble is the idle slots relative to the computing "
+        f"ones (a fraction, not a percentage)."]
     return _finish("bubble", problems, f"({pp} - 1) / ({vpp * num_microbatches}) = {want:.3f} "
                    f"of the ideal compute time is spent idle in the pipeline bubble.", answer, want)
 
@@ -217,8 +219,15 @@ def check_scaling_efficiency(answer: Any, *, time_1: float, time_n: float, n: in
     formula = (f"t1 / t{n} = {time_1:.1f} / {time_n:.1f}" if weak
                else f"t1 / ({n} x t{n}) = {time_1:.1f} / ({n} x {time_n:.1f})")
     ok = isinstance(answer, (int, float)) and abs(answer - want) <= abs_tol
-    problems = [] if ok else [f"efficiency = {answer!r}, but {formula} = {want:.3f} "
-                              f"({'weak' if weak else 'strong'} scaling)."]
+    ideal = ("each rank does the same work on 1 and on {n} nodes, so the ideal {n}-node time is "
+             "the 1-node time" if weak else
+             "the same global batch is split over {n} times the ranks, so the ideal {n}-node time "
+             "is the 1-node time divided by {n}").format(n=n)
+    problems = [] if ok else [
+        f"efficiency = {answer!r}. Efficiency is the ideal time over the measured time; here "
+        f"{ideal}. Measured: 1 node {time_1:.1f} ms, {n} nodes {time_n:.1f} ms per iteration."
+        + (" A value above 1 would mean the larger job beat the ideal: which time belongs on "
+           "top?" if isinstance(answer, (int, float)) and answer > 1 and want <= 1 else "")]
     return _finish("scaling_efficiency", problems, f"{formula} = {want:.3f} "
                    f"({want:.0%} of ideal {'weak' if weak else 'strong'} scaling).", answer, want)
 
@@ -294,10 +303,17 @@ def check_max_micro_batch(answer: Any, *, peak_gb_by_micro_batch: dict[int, floa
     want = fits[-1] if fits else None
     if (r := _unfilled("max_micro_batch", want, micro_batch_size=answer)) is not None:
         return r
-    table = ", ".join(f"{m}: {gb:.2f} GB" for m, gb in sorted(peak_gb_by_micro_batch.items()))
-    problems = [] if answer == want else [
-        f"micro batch {answer!r}: predicted peaks ({table}) against a limit of {limit_gb:.2f} GB "
-        f"give {want} as the largest that fits."]
+    if answer == want:
+        problems = []
+    elif answer not in peak_gb_by_micro_batch:
+        problems = [f"micro batch {answer!r} is not one of the planned sizes "
+                    f"{sorted(peak_gb_by_micro_batch)}; pick one of them."]
+    else:
+        gb = peak_gb_by_micro_batch[answer]
+        why = ("does not fit" if gb > limit_gb else "fits, but it is not the largest size in the "
+               "list that does")
+        problems = [f"micro batch {answer!r} needs {gb:.3f} GB per rank against a limit of "
+                    f"{limit_gb:.3f} GB: it {why}. Compare each size's need with the limit."]
     return _finish("max_micro_batch", problems,
                    f"micro batch {want} peaks at {peak_gb_by_micro_batch.get(want, 0):.2f} GB "
                    f"<= {limit_gb:.2f} GB; the next size up does not fit.", answer, want)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from labkit import exercises as ex
+from labkit import exercises_reading as xr
 from labkit.exercises import FIXME, ExerciseError
 
 
@@ -20,7 +21,7 @@ def test_layout_hint_carries_every_number():
     r = ex.check_layout(2, 1, 1, world_size=4)
     assert not r
     assert "TP x PP x DP = 2 x 1 x 1 = 2, but the job has 4 ranks" in r.message
-    assert "DP = 4 / (2 x 1) = 2" in r.message
+    assert "DP is how many replicas" in r.message and "/ (2 x 1)" not in r.message
 
 
 def test_layout_right_answer_confirms():
@@ -69,7 +70,7 @@ def test_value_is_the_answer_once_right_else_a_correct_one():
 
 def test_strict_mode_raises_on_a_wrong_answer(monkeypatch):
     monkeypatch.setenv(ex.STRICT_ENV, "1")
-    with pytest.raises(ExerciseError, match=r"global 8 / \(micro 2 x DP 2\) = 8 / 4 = 2"):
+    with pytest.raises(ExerciseError, match=r"each of the 2 data-parallel rank\(s\) takes 2 "):
         ex.check_num_microbatches(4, global_batch_size=8, micro_batch_size=2, dp=2)
     assert ex.check_num_microbatches(2, global_batch_size=8, micro_batch_size=2, dp=2)
 
@@ -95,13 +96,17 @@ def test_hybrid_right_answer():
 
 def test_bubble_scaling_and_max_micro_batch():
     assert ex.check_bubble(0.25, pp=2, num_microbatches=4)
-    assert "= 0.250" in ex.check_bubble(0.5, pp=2, num_microbatches=4).message
+    wrong = ex.check_bubble(0.5, pp=2, num_microbatches=4).message
+    assert "2 pipeline stages" in wrong and "4 microbatch slot(s)" in wrong
+    assert "0.25" not in wrong and "(PP - 1)" not in wrong
     assert ex.check_scaling_efficiency(0.8, time_1=80.0, time_n=100.0)
     assert not ex.check_scaling_efficiency(0.4, time_1=80.0, time_n=100.0)
     peaks = {1: 0.5, 2: 0.9, 4: 1.7}
     assert ex.check_max_micro_batch(2, peak_gb_by_micro_batch=peaks, limit_gb=1.0)
     r = ex.check_max_micro_batch(4, peak_gb_by_micro_batch=peaks, limit_gb=1.0)
-    assert not r and "4: 1.70 GB" in r.message and "give 2" in r.message
+    assert not r and "needs 1.700 GB" in r.message and "does not fit" in r.message
+    assert "fits, but it is not the largest" in ex.check_max_micro_batch(
+        1, peak_gb_by_micro_batch=peaks, limit_gb=1.0).message
     assert ex.check_world_size(4, nodes=2, gpus_per_node=2)
 
 
@@ -111,3 +116,69 @@ def test_outcomes_are_recorded_for_regress(tmp_path):
     data = json.loads((tmp_path / "m.json").read_text())
     assert data["exercise.layout"] is False  # the last outcome of a check wins
     assert ex.summary()["checks"] >= 2
+
+
+# --- a wrong answer gets the numbers and the rule, never the answer ------------------------------
+def test_wrong_answers_teach_without_giving_the_answer():
+    m = ex.check_world_size(3, nodes=2, gpus_per_node=2).message
+    assert "2 node(s) with 2 GPU(s)" in m and "4" not in m
+    m = ex.check_num_microbatches(4, global_batch_size=8, micro_batch_size=2, dp=2).message
+    assert "global batch of 8" in m and " 2." not in m and "= 2" not in m
+    m = ex.check_scaling_efficiency(1.25, time_1=80.0, time_n=100.0).message
+    assert "80.0 ms" in m and "100.0 ms" in m and "0.8" not in m and "t1 / t2" not in m
+    assert "which time belongs on top" in m
+    m = ex.check_scaling_efficiency(0.9, time_1=80.0, time_n=50.0, weak=False).message
+    assert "divided by 2" in m and "0.8" not in m
+
+
+def test_crossing_axis_teaches_with_the_rank_numbers():
+    kw = dict(tp=2, pp=2, nodes=2, gpus_per_node=2)
+    assert xr.check_crossing_axis("pp", **kw) and xr.check_crossing_axis(["pp"], **kw)
+    r = xr.check_crossing_axis("tp", **kw)
+    assert not r and "TP group [0, 1]: rank 0 on node 0, rank 1 on node 0" in r.message
+    assert "r // 2" in r.message and "PP" not in r.message and r.value == "pp"
+    assert "answer with" in xr.check_crossing_axis("ep", **kw).message
+    assert not xr.check_crossing_axis(FIXME, **kw) and xr.check_crossing_axis(FIXME, **kw).value == "pp"
+    # TP=1 x PP=1 on 2 x 2: DP spans both nodes
+    assert xr.check_crossing_axis("dp", tp=1, pp=1, nodes=2, gpus_per_node=2)
+
+
+def _breakdown(**ms):
+    import pandas as pd
+
+    return pd.DataFrame([{"rank": 0, **{f"{k}_ms": v for k, v in ms.items()}}])
+
+
+def test_profile_reading_uses_the_students_own_breakdown():
+    comm_bound = _breakdown(compute=30.0, communication=55.0, memcpy=1.0, idle=14.0)
+    assert xr.check_profile_reading("communication", "overlap", breakdown=comm_bound)
+    r = xr.check_profile_reading("compute", "more_ranks", breakdown=comm_bound)
+    assert not r and "30.0 ms, 30%" in r.message and "55" not in r.message
+    r = xr.check_profile_reading("communication", "more_microbatches", breakdown=comm_bound)
+    assert not r and "shortens idle, not communication" in r.message
+    compute_bound = _breakdown(compute=80.0, communication=10.0, memcpy=0.0, idle=10.0)
+    assert xr.check_profile_reading("compute", "more_ranks", breakdown=compute_bound)
+    assert xr.check_profile_reading(FIXME, FIXME, breakdown=compute_bound).value[0] == "compute"
+
+
+def test_fits_budget_names_the_components_not_the_option():
+    peaks = {"bf16": 0.030, "recompute": 0.036, "distributed_optimizer": 0.024}
+    base = {"weights": 0.005, "optimizer": 0.010, "activations": 0.002}
+    assert xr.check_fits_budget("distributed_optimizer", peak_gb=peaks, budget_gb=0.027)
+    r = xr.check_fits_budget("bf16", peak_gb=peaks, budget_gb=0.027, baseline=base)
+    assert not r and "30.00 MB" in r.message and "optimizer 10.00 MB" in r.message
+    assert "distributed_optimizer" not in r.message and r.value == "distributed_optimizer"
+    assert "answer with one of" in xr.check_fits_budget("fp8", peak_gb=peaks, budget_gb=0.027).message
+
+
+def test_diagnosis_from_a_real_log(tmp_path):
+    from pathlib import Path
+
+    from labkit.logs import diagnose
+
+    log = Path(__file__).parent / "fixtures" / "logs" / "labkit_hang_job_2026.txt"
+    failures = diagnose(log, job_state="CANCELLED")
+    assert xr.check_diagnosis("cancelled", failures=failures)
+    r = xr.check_diagnosis("gpu_oom", failures=failures)
+    assert not r and "CUDA out of memory" in r.message and r.value == "cancelled"
+    assert "answer with one of" in xr.check_diagnosis("crash", failures=failures).message

@@ -184,7 +184,7 @@ def test_make_jupyter_starts(checkout):
     try:
         for line in proc.stdout:
             seen.append(line)
-            if "is running at" in line or "http://127.0.0.1" in line or "http://localhost" in line:
+            if "http://127.0.0.1" in line or "http://localhost" in line:
                 break
             if proc.poll() is not None:
                 break

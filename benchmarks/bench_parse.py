@@ -6,7 +6,9 @@ the last rank, a memory report from every rank after the first iteration (as Meg
 and per-rank chatter
 (warnings, data-loader and timer lines) between iterations. Then prints MB/s of both, their
 ratio, and the parser's peak memory (measured in a child process, next to the same child's
-footprint after imports, so the figure is what parsing adds).
+footprint after imports, so the figure is what parsing adds). The parse runs on the path a user
+gets: Hyperscan when the package is installed (labkit/logs/fastscan.py), else the grep pre-filter;
+`--path grep` or `--path python` forces the others.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py            # 1 GB (default)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 200
@@ -94,13 +96,14 @@ def time_grep(path: Path) -> tuple[float, float, int]:
 
 CHILD = """
 import json, resource, sys, time
-from labkit.logs import parse_log
+from labkit.logs import fastscan, parse_log
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t, c = time.perf_counter(), time.process_time()
 p = parse_log(sys.argv[1])
 dt, cpu = time.perf_counter() - t, time.process_time() - c
 ch = resource.getrusage(resource.RUSAGE_CHILDREN)  # the grep pre-filter
 print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
+                  "path": "hyperscan" if fastscan.available() else sys.argv[2],
                   "iterations": len(p.iterations), "memory_rows": len(p.memory),
                   "channels": len(p.nccl), "failures": len(p.failure_records),
                   "base_rss_mb": base / 1024,
@@ -108,10 +111,14 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
 """
 
 
-def time_parse(path: Path) -> dict:
+def time_parse(path: Path, which: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env,
-                         check=True)
+    if which in ("grep", "python"):
+        env["LABKIT_NO_HYPERSCAN"] = "1"
+    if which == "python":
+        env["LABKIT_NO_GREP"] = "1"
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), which], capture_output=True, text=True,
+                         env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -119,21 +126,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1000, help="log size in MB (default 1000 = 1 GB)")
     ap.add_argument("--keep", help="write the log here instead of a temporary folder (kept)")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: parse the kept log if it exists")
+    ap.add_argument("--path", choices=("default", "grep", "python"), default="default",
+                    help="parse path: default (Hyperscan if installed), grep pre-filter, pure Python")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.keep) if args.keep else Path(tmp) / "log.txt"
         t = time.perf_counter()
-        counts = generate(path, args.size_mb)
+        if args.reuse and path.is_file():
+            counts = {"reused": sum(1 for _ in open(path, "rb"))}
+        else:
+            counts = generate(path, args.size_mb)
         size_mb = path.stat().st_size / 1e6
         print(f"generated {size_mb:.0f} MB, {sum(counts.values()):,} lines {counts} from {RANKS} ranks "
               f"in {time.perf_counter() - t:.1f} s")
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         g_s, g_cpu, g_n = time_grep(path)
-        r = time_parse(path)
+        r = time_parse(path, args.path)
         print(f"grep -c iteration : {g_s:8.2f} s  {size_mb / g_s:8.1f} MB/s  (CPU {g_cpu:.2f} s; "
               f"{g_n:,} lines)")
         print(f"labkit parse_log  : {r['seconds']:8.2f} s  {size_mb / r['seconds']:8.1f} MB/s  "
-              f"(CPU {r['cpu_seconds']:.2f} s incl. its grep -F pre-filter) "
+              f"(CPU {r['cpu_seconds']:.2f} s incl. child processes; {r['path']} path) "
               f"({r['iterations']:,} iterations, {r['memory_rows']:,} memory rows, "
               f"{r['channels']:,} channels)")
         print(f"ratio parse/grep  : {g_s / r['seconds']:.3f} of grep's speed by wall time, "

@@ -2,7 +2,7 @@
 lines parsed straight from the bytes.
 
 A big log is mostly iteration lines and chatter. Hyperscan (a compiled multi-pattern engine)
-finds every trigger (scan.py's patterns) in chunks of ``CHUNK`` bytes read into one reused
+finds every trigger (scan.py's patterns) in chunks of ``CHUNK`` bytes (16 MB) read into one reused
 buffer, so memory stays flat in the file size. Lines in the common Megatron format (an optional
 launcher prefix, then what ``megatron._FAST`` matches) become a row of bytes fields appended to
 the collector's column store (``add_fast``): no cleaning, no dict per line. Every other line is
@@ -29,7 +29,7 @@ try:  # optional accelerator: hyperscan wheels exist for x86-64 Linux and macOS
 except ImportError:  # pragma: no cover - depends on the platform
     hyperscan = None
 
-CHUNK = 64 << 20
+CHUNK = 16 << 20
 FAST_PACK_ROWS = 20_000  # as parse._CHUNK_ROWS: rows are packed into a frame this often
 _NUM = rb"([0-9]{1,20}(?:\.[0-9]{1,20})?(?:E[+-][0-9]{1,3})?)"  # always a valid float
 _PREFIX = (rb"(?:[ \t]{0,6}[0-9]{1,6}: |\[rank[0-9]{1,6}\]: ?|\[[a-z_]{1,32}[0-9]{1,6}\]: ?"

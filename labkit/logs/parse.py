@@ -1,10 +1,11 @@
 """The streaming driver: one pass over a log, every record kind into its own DataFrame.
 
-A log is streamed, never read whole. scan.py passes on only the lines that can hold a record
-(and their context), which is what keeps a 1 GB log fast; each is cleaned (lines.py) and offered
-to the record parsers here and to the failure scanner. Multi-line records (tracebacks, the
-argument block, torchrun's failure table, hard-wrapped iteration lines) make the collector
-``busy``: every line is then fed until they close.
+A log is streamed, never read whole. scan.py (or fastscan.py) passes on only the lines that can
+hold a record (and their context), which is what keeps a 1 GB log fast; each is cleaned
+(lines.py) and offered to the record parsers here and to the failure scanner; fastscan.py hands
+whole iteration lines in the common format straight to a column store (``add_fast``).
+Multi-line records (tracebacks, the argument block, torchrun's failure table, hard-wrapped
+iteration lines) make the collector ``busy``: every line is then fed until they close.
 """
 
 from __future__ import annotations

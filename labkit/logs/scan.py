@@ -1,11 +1,11 @@
 """Which lines of a log reach the parsers: a fast pre-filter, with exact context.
 
-Only lines holding a trigger word can carry a record or a failure. For a file, ``grep -F``
-(Aho-Corasick over the whole file, in C) finds them with their line numbers and byte offsets;
+Only lines holding a trigger (a word, or an iteration counter) can carry a record or a failure.
+For a file, fastscan.py (Hyperscan) or else ``grep -E`` (over the whole file, in C) finds them;
 Python then reads around them directly (the line before and after, for messages hard-wrapped
 over two lines, and every following line while a multi-line record is open: a traceback, the
-Megatron argument block, torchrun's failure table). Without grep, or for in-memory lines, the
-same rules run in Python, line by line. Both paths feed the collector the same lines.
+Megatron argument block, torchrun's failure table). Without either, or for in-memory lines, the
+same rules run in Python, line by line. Every path feeds the collector the same lines.
 """
 
 from __future__ import annotations

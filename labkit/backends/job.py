@@ -134,7 +134,8 @@ class Job:
     # --- waiting --------------------------------------------------------------------------
     def wait(self, timeout: float | None = None, progress: bool = True,
              raise_on_failure: bool = False, on_poll: Watcher | None = None,
-             max_interval: float = 5.0, hang_timeout: float | None = None) -> JobState:
+             max_interval: float = 5.0, hang_timeout: float | None = None,
+             cancel_on_interrupt: bool = True) -> JobState:
         """Poll until the job finishes (or ``timeout`` seconds pass); returns the last state.
 
         Polls back off from 0.5 s to ``max_interval``. ``progress`` shows a tqdm bar (terminal
@@ -147,6 +148,10 @@ class Job:
         diagnosis (each rank's last line, py-spy stacks, suspect ranks) to
         ``hang-*.txt`` in the run directory, cancels the job and raises
         ``labkit.watchdog.HangError`` (a JobFailedError) with the report.
+
+        Interrupted (Ctrl-C, a notebook's stop button: KeyboardInterrupt) while the job is not
+        finished, the job is cancelled and the interrupt goes on; ``cancel_on_interrupt=False``
+        leaves it running (``labkit cancel`` stops it later).
         """
         watchers = [on_poll] if on_poll else []
         if hang_timeout is not None:
@@ -171,12 +176,33 @@ class Job:
                 left = None if timeout is None else timeout - (time.time() - start)
                 time.sleep(max(0.05, min(delay, left if left is not None else delay)))
                 delay = min(max_interval, delay * 1.6)
+        except KeyboardInterrupt:
+            self._interrupted(cancel_on_interrupt)
+            raise
         finally:
             if bar:
                 bar.close()
         if raise_on_failure and st.finished and st is not JobState.COMPLETED:
             raise self.failure_error(st)
         return st
+
+    def _interrupted(self, cancel: bool) -> None:
+        from labkit._logging import log
+
+        try:
+            if self.state().finished:
+                return
+            if not cancel:
+                log.warning(f"interrupted: job {self.job_id} ({self.name}) keeps running; "
+                            f"stop it with `labkit cancel {self.job_id}`")
+                return
+            self.cancel()
+        except LabkitError as e:
+            log.warning(f"interrupted: job {self.job_id} ({self.name}) could not be cancelled "
+                        f"({e}); stop it with `labkit cancel {self.job_id}`")
+            return
+        log.warning(f"interrupted: cancelled job {self.job_id} ({self.name}); pass "
+                    f"cancel_on_interrupt=False to wait() to leave a job running")
 
     def failure_error(self, st: JobState) -> JobFailedError:
         end = time.time()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
 from labkit.errors import ConfigError, LabkitError
@@ -47,10 +46,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="replace an existing config.json of that name")
     p.set_defaults(func=cmd_new)
 
-    p = sub.add_parser("check", help="validate a run config (exit 0 valid, 2 invalid)",
+    p = sub.add_parser("check", help="validate a run config or a site profile (exit 0 valid, "
+                                     "2 invalid)",
                        description="Validate a run config: its summary when valid (exit 0), "
-                                   "every broken rule with its numbers and a fix when not (exit 2).")
-    p.add_argument("config", metavar="CONFIG.json", help="the run config to check")
+                                   "every broken rule with its numbers and a fix when not (exit 2). "
+                                   "With --cluster SITE.yaml, the site profile is checked too.")
+    p.add_argument("config", nargs="?", metavar="CONFIG.json", help="the run config to check")
+    p.add_argument("--cluster", metavar="SITE.yaml|NAME",
+                   help="a site profile to check (e.g. the one $LABKIT_CLUSTER names): every "
+                        "wrong field with the fix, and the run root it gives this user")
     add_json(p, '{"valid": ..., "errors": [...]}')
     p.set_defaults(func=cmd_check)
 
@@ -94,6 +98,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from labkit.config import RunConfig
 
+    if not args.config and not args.cluster:
+        warn("labkit check: give CONFIG.json, or --cluster SITE.yaml to check a site profile")
+        return 2
+    if args.cluster:
+        code = _check_cluster(args.cluster, as_json=args.json and not args.config)
+        if code or not args.config:
+            return code
     try:
         cfg = RunConfig.from_json(args.config)
     except ConfigError as e:
@@ -105,6 +116,30 @@ def cmd_check(args: argparse.Namespace) -> int:
         show_json({"valid": True, "errors": []})
     else:
         say(cfg.summary())
+    return 0
+
+
+def _check_cluster(path: str, *, as_json: bool) -> int:
+    from labkit.site import load_cluster
+
+    try:
+        site = load_cluster(path)
+    except ConfigError as e:
+        if not as_json:
+            raise
+        show_json({"valid": False, "errors": e.violations})
+        return 2
+    if as_json:
+        show_json({"valid": True, "errors": [], "cluster": site.to_dict(),
+                   "run_root": str(site.run_root_path()) if site.run_root else None})
+        return 0
+    say(f"site profile {site.name}: valid")
+    say(f"  partition {site.partition or '(the default)'}, account {site.account or '-'}, "
+        f"time limit {site.time_limit}, GPUs by {site.gpu_request}, "
+        f"gpu_memory_gb {site.gpu_memory_gb if site.gpu_memory_gb is not None else '-'}")
+    say(f"  run root for you: {site.run_root_path() or '(labkit.paths.run_root(): not shared)'}")
+    if site.container:
+        say(f"  container: {site.container.get('runtime')} {site.container.get('image')}")
     return 0
 
 
@@ -122,7 +157,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         from labkit.site import resolve_cluster
 
         cluster = resolve_cluster(args.cluster)
-        root = Path(cluster.run_root) if cluster.run_root else root
+        root = cluster.run_root_path() or root
     d = run_dir(cfg.name, root)
     path = d / "config.json"
     others = sorted(p.name for p in d.iterdir() if p.name != "config.json") if d.is_dir() else []
@@ -166,8 +201,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     base = base_config(model, world_size=args.world_size, nodes=args.nodes,
                        gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
                        profile=args.profile)
+    from labkit.planner.calibration import calibrated_hardware, describe
+
+    hw = calibrated_hardware(base)  # this machine's or cluster's measurements, where stored
     layouts = plan_layouts(nodes=base.nodes, gpus_per_node=base.gpus_per_node, model=base,
-                           micro_batch_size=base.micro_batch_size)
+                           micro_batch_size=base.micro_batch_size, hardware=hw)
     what = args.config or model
     unit = "GPU(s)" if base.device == "cuda" else "process(es)"
     head = (f"{what} on {base.nodes} node(s) x {base.gpus_per_node} {unit} = "
@@ -175,7 +213,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"global batch {base.global_batch_size}, micro batch {base.micro_batch_size}, "
             f"{base.gpu_memory_gb:g} GB per {'GPU' if base.device == 'cuda' else 'rank'}: "
             f"{sum(lp.valid for lp in layouts)} valid layouts, "
-            f"{sum(lp.fits for lp in layouts)} fit")
+            f"{sum(lp.fits for lp in layouts)} fit; {describe(hw)}")
     if args.json:
         warn(head)
         show_json([lp.to_dict() for lp in layouts if lp.valid])
@@ -201,7 +239,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
         cluster = resolve_cluster(args.cluster)
         if cluster.run_root:
-            d = Path(cluster.run_root) / cfg.name
+            d = cluster.run_root_path() / cfg.name
         sys.stdout.write(render_sbatch(cfg, cluster, d))
     else:
         sys.stdout.write(render_local(cfg, d))

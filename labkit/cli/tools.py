@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="notebooks to run, e.g. 01 or 01_single_node (default: all)")
     p.add_argument("--profile", default="cpu", choices=["cpu", "gpu"],
                    help="cpu: tiny GPT on CPU processes; gpu: GPT-2 on GPUs (default: cpu)")
-    add_backend(p, "local")
+    add_backend(p, "slurm with a --cluster or $LABKIT_CLUSTER, else local")
     add_cluster(p, "the notebooks' Slurm jobs")
     p.add_argument("--baseline", metavar="FILE",
                    help="baseline to compare with (default: baselines/PROFILE.json); with "
@@ -97,8 +98,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
     missing = [p for p in args.logs if not Path(p).is_file()]
     if missing:
-        raise LabkitError(f"no such log file: {', '.join(missing)}. Pass the path of a training "
-                          f"log (e.g. runs/<name>/log.txt).")
+        what = {p: "a directory" if Path(p).is_dir() else "not a regular file (a FIFO, device "
+                "or socket)" if Path(p).exists() else "no such log file" for p in missing}
+        raise LabkitError("; ".join(f"{p}: {w}" for p, w in what.items()) + ". Pass the path of "
+                          "a training log file (e.g. runs/<name>/log.txt).")
     if args.one_run and len(args.logs) > 1:
         parsed = {" + ".join(args.logs): parse_log([Path(p) for p in args.logs])}
     else:
@@ -159,7 +162,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
     if args.write_baseline:
         say(str(regress.write_baseline(args.write_baseline, args.baseline)))
         return 0
-    doc = regress.regress(args.notebooks or None, profile=args.profile, backend=args.backend,
+    # a site profile (--cluster or $LABKIT_CLUSTER) means the series runs there, on Slurm
+    site = args.cluster or os.environ.get("LABKIT_CLUSTER", "").strip()
+    backend = args.backend or ("slurm" if site else None)
+    doc = regress.regress(args.notebooks or None, profile=args.profile, backend=backend,
                           baseline=args.baseline, out=args.out,
                           parameters={"cluster": args.cluster} if args.cluster else None)
     if args.json:

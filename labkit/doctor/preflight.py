@@ -79,7 +79,7 @@ class Context:
 
 
 def _probe_root(ctx: Context) -> Path:
-    root = Path(ctx.profile.run_root) if ctx.profile and ctx.profile.run_root else run_root()
+    root = (ctx.profile.run_root_path() if ctx.profile else None) or run_root()
     return root / ".doctor" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 

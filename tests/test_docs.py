@@ -132,6 +132,9 @@ def _env(clone: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LABKIT_", "PYTEST_", "SLURM_"))}
     env["PATH"] = f"{clone / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    # The venv's labkit is an editable install of the repository it was made in: make the
+    # clone's own package the one that imports.
+    env["PYTHONPATH"] = str(clone)
     return env
 
 

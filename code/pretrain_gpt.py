@@ -26,6 +26,7 @@ hostname to 127.0.0.1 across nodes, export GLOO_SOCKET_IFNAME=<the node's interf
 
 Writes into the run directory (the config file's folder): log.txt (Megatron-LM-format lines,
 unless LABKIT_LOG_CAPTURED=1), tb/ (TensorBoard), checkpoints/, profile/ (with torch_profiler=True),
+timeline/ and memory/ (per-microbatch timings, tensor memory by component: engine_timing.py),
 exit_code, and data_cache/ (megatron-core's GPTDataset sample index for this run's sizes).
 """
 
@@ -127,6 +128,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_data
     import engine_log as L
     import engine_model
+    import engine_timing
     import engine_step
     from engine_attention import layer_spec
     from engine_memory import apply_memory_limit, static_memory_line
@@ -189,12 +191,13 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     board = L.Board(run_dir / "tb" if logs_iterations else None)
     meter = L.MemoryMeter(on_cuda)
     flops = L.model_flops_per_iteration(cfg)
-    fwd_bwd = get_forward_backward_func()
+    timing = engine_timing.Recorder(cfg, run_dir, model, optimizer, on_cuda, iteration)
+    fwd_bwd = timing.wrap(get_forward_backward_func())  # writes timeline/ and memory/
     n_chunks = len(model)
     engine_step.ON_CUDA["value"] = on_cuda
     train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size, on_cuda)
                   for _ in range(n_chunks)]
-    prof = _profiler(cfg, rank, run_dir, on_cuda)
+    prof = engine_timing.profiler(cfg, rank, run_dir, on_cuda)
     acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
     memory_reported = False
     with prof or nullcontext():
@@ -268,6 +271,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                 STATE["phase"] = "checkpoint save"
                 engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler,
                                  layout)
+    timing.close()
     STATE["phase"] = "checkpoint save"
     if engine_ckpt.latest_iteration(ckpt_root) != iteration:
         d = engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler, layout)
@@ -275,20 +279,6 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             log.emit(f"[labkit] saved checkpoint {d}")
     board.close()
     STATE["phase"] = "done"
-
-
-def _profiler(cfg: RunConfig, rank: int, run_dir: Path, on_cuda: bool):
-    """torch.profiler on the chosen ranks: skip 1, warm up 1, record 3 iterations."""
-    if not cfg.torch_profiler or rank not in cfg.torch_profiler_ranks:
-        return None
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    out = run_dir / "profile"
-    out.mkdir(parents=True, exist_ok=True)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-    active = max(1, min(3, cfg.train_iters - 2))
-    return profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=active, repeat=1),
-                   on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"rank{rank}.json")))
 
 
 # --- entry point ----------------------------------------------------------------------------

@@ -149,6 +149,10 @@ class RunConfig:
     (Megatron-LM: ``--profile --use-pytorch-profiler``; ``pretrain_gpt.py --profile``)."""
     torch_profiler_ranks: tuple[int, ...] = (0,)
     """Global ranks that record a trace when torch_profiler is on (``--profile-ranks``)."""
+    torch_profiler_memory: bool = False
+    """With torch_profiler: record iterations 1-2 instead of 3-5, with every allocation and free
+    (``profile_memory=True``), for a memory timeline of the first steps
+    (``labkit.profiling.memory_timeline``; Megatron-LM: ``--record-memory-history`` on CUDA)."""
     nccl_debug: bool = False
     """Export NCCL_DEBUG=INFO in the job script (transport lines in the log)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -300,7 +304,8 @@ FIELD_NAMES = tuple(f.name for f in fields(RunConfig))
 
 # Fields with no Megatron-LM flag of their own (launcher, labkit, or a flag of another shape).
 _NOT_MEGATRON = ("name", "nodes", "gpus_per_node", "backend", "device", "gpu_memory_gb",
-                 "memory_limit_gb", "precision", "torch_profiler_ranks", "nccl_debug", "extra",
+                 "memory_limit_gb", "precision", "torch_profiler_ranks", "torch_profiler_memory",
+                 "nccl_debug", "extra",
                  "tokenizer_dir")
 # Fields whose Megatron-LM flag is not their name with dashes.
 _MEGATRON_NAMED = {"torch_profiler": "--profile"}

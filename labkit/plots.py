@@ -119,16 +119,22 @@ def plot_throughput(df: pd.DataFrame, *, y: str = "tflops_per_gpu", by: str | No
 
 
 def plot_memory(df: pd.DataFrame, *, y: str = "max_allocated_mb", limit_mb: float | None = None,
-                ax: Axes | None = None) -> Axes:
-    """Peak memory per rank (bars, the max over iterations) from a ``.memory`` frame."""
+                x: str | None = None, ax: Axes | None = None) -> Axes:
+    """Peak memory per rank (bars, the max over iterations) from a ``.memory`` frame; with
+    ``x="iteration"`` one line per rank over iterations (e.g.
+    ``labkit.measured_memory.memory_iterations``)."""
     _need(df, "rank", y, what="plot_memory")
     ax = _ax(ax)
-    per_rank = df.dropna(subset=["rank"]).groupby("rank")[y].max().sort_index()
-    ax.bar([str(int(r)) for r in per_rank.index], per_rank.values, color="tab:blue")
+    if x is not None:
+        _lines(df.dropna(subset=["rank"]), x, y, "rank", ax, "plot_memory", marker=".")
+    else:
+        per_rank = df.dropna(subset=["rank"]).groupby("rank")[y].max().sort_index()
+        ax.bar([str(int(r)) for r in per_rank.index], per_rank.values, color="tab:blue")
+        ax.set(xlabel="rank")
     if limit_mb is not None:
         ax.axhline(limit_mb, color="tab:red", linestyle="--", label=f"limit {limit_mb:g} MB")
         ax.legend()
-    ax.set(xlabel="rank", ylabel=LABELS.get(y, y), title="memory per rank")
+    ax.set(ylabel=LABELS.get(y, y), title="memory per rank")
     return ax
 
 
@@ -217,4 +223,116 @@ def plot_profile_breakdown(df: pd.DataFrame, *, normalize: bool = False, ax: Axe
     ax.set(xlabel="rank", ylabel="fraction of step" if normalize else "time per profiled window (ms)",
            title="step time breakdown")
     ax.legend()
+    return ax
+
+
+# --- memory and pipeline pictures -------------------------------------------------------------
+LABELS.update({"tensors_mb": "tensor memory (MB)", "rss_mb": "resident memory, RSS (MB)",
+               "activations_mb": "activations (MB)", "allocated_mb": "allocated (MB)"})
+COMPONENT_COLORS = {"weights": "tab:green", "gradients": "tab:blue", "optimizer": "goldenrod",
+                    "activations": "tab:red", "other": "tab:gray"}
+
+
+def plot_memory_components(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
+    """Predicted and measured tensor memory per stage, stacked by component, side by side.
+
+    ``df``: ``labkit.measured_memory.compare_memory`` (one row per stage and source, components
+    in MB). Predicted bars are hatched; the total is written above each bar.
+    """
+    comps = [c for c in COMPONENT_COLORS if f"{c}_mb" in df.columns]
+    _need(df, "pp_rank", "source", *[f"{c}_mb" for c in comps], what="plot_memory_components")
+    ax = _ax(ax, (7, 4))
+    stages = sorted(df["pp_rank"].unique())
+    width = 0.38
+    for i, stage in enumerate(stages):
+        for j, source in enumerate(("predicted", "measured")):
+            row = df[(df["pp_rank"] == stage) & (df["source"] == source)]
+            if row.empty:
+                continue
+            x, bottom = i + (j - 0.5) * width, 0.0
+            for c in comps:
+                v = float(row[f"{c}_mb"].iloc[0])
+                ax.bar(x, v, width * 0.95, bottom=bottom, color=COMPONENT_COLORS[c],
+                       hatch="//" if source == "predicted" else None, edgecolor="white",
+                       label=c if (i, j) == (0, 1) else None)
+                bottom += v
+            ax.text(x, bottom, f"{bottom:.2f}\n{source[:4]}.", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(stages)), [f"stage {s}" for s in stages])
+    ax.set(ylabel="tensor memory per rank (MB)", xlabel="pipeline stage (left: predicted, hatched)",
+           title="memory by component: predicted vs measured")
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def plot_pipeline_timeline(df: pd.DataFrame, *, iteration: int | None = None,
+                           ax: Axes | None = None) -> Axes:
+    """A Gantt chart of one iteration: forward and backward of every microbatch per stage.
+
+    ``df``: ``labkit.timeline.load_timeline`` (tensor rank 0 of replica 0 is drawn). Forward is
+    blue, backward orange, darker for later model chunks; each bar carries its microbatch; the
+    grey behind the bars is the stage's idle time. ``iteration``: default the last one.
+    """
+    _need(df, "iteration", "pp_rank", "chunk", "microbatch", "phase", "start_ms", "end_ms",
+          what="plot_pipeline_timeline")
+    d = df[(df["tp_rank"] == 0) & (df["dp_rank"] == 0)] if "tp_rank" in df.columns else df
+    it = int(d["iteration"].max()) if iteration is None else iteration
+    d = d[d["iteration"] == it]
+    if d.empty:
+        raise LabkitError(f"plot_pipeline_timeline: no events for iteration {it}; the timeline "
+                          f"has iterations {sorted(df['iteration'].unique())}")
+    ax = _ax(ax, (10, 1.2 + 0.7 * d["pp_rank"].nunique()))
+    import matplotlib.colors as mcolors
+
+    lo, hi = d["start_ms"].min(), d["end_ms"].max()
+    chunks = max(1, int(d["chunk"].max()) + 1)
+    base = {"forward": "tab:blue", "backward": "tab:orange"}
+    for stage in sorted(d["pp_rank"].unique()):
+        ax.barh(stage, hi - lo, left=lo, height=0.8, color="0.88", hatch="..", edgecolor="0.7",
+                linewidth=0, label="idle" if stage == d["pp_rank"].min() else None)
+    for (phase, chunk), g in d.groupby(["phase", "chunk"]):
+        rgb = mcolors.to_rgb(base.get(phase, "tab:gray"))
+        shade = 1.0 - 0.45 * (chunk / max(1, chunks - 1)) if chunks > 1 else 1.0
+        color = tuple(c * shade for c in rgb)
+        label = phase if chunks == 1 else f"{phase} chunk {chunk}"
+        ax.barh(g["pp_rank"], g["end_ms"] - g["start_ms"], left=g["start_ms"], height=0.8,
+                color=color, edgecolor="white", linewidth=0.5, label=label)
+        for _, r in g.iterrows():
+            if r["end_ms"] - r["start_ms"] > (hi - lo) / 80:
+                ax.text((r["start_ms"] + r["end_ms"]) / 2, r["pp_rank"], str(int(r["microbatch"])),
+                        ha="center", va="center", fontsize=7, color="white")
+    stages = sorted(d["pp_rank"].unique())
+    ax.set_yticks(stages, [f"stage {s}" for s in stages])
+    ax.invert_yaxis()
+    ax.set(xlabel="time since the iteration's first forward (ms)",
+           title=f"pipeline timeline, iteration {it} (numbers: microbatch; grey: idle)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def plot_memory_timeline(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
+    """Bytes allocated over the profiled steps, with forward, backward and optimizer shaded.
+
+    ``df``: ``labkit.profiling.memory_timeline``. The optimizer state appears in the first
+    step's optimizer phase; activations pile up in forward and drain in backward.
+    """
+    _need(df, "time_ms", "allocated_mb", "phase", what="plot_memory_timeline")
+    ax = _ax(ax, (10, 3.5))
+    d = df.sort_values("time_ms")
+    colors = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "goldenrod"}
+    run = (d["phase"] != d["phase"].shift()).cumsum()
+    seen: set[str] = set()
+    for _, g in d.groupby(run):
+        phase = g["phase"].iloc[0]
+        if phase in colors:
+            ax.axvspan(g["time_ms"].iloc[0], g["time_ms"].iloc[-1], color=colors[phase], alpha=0.18,
+                       linewidth=0, label=None if phase in seen else phase)
+            seen.add(phase)
+    ax.step(d["time_ms"], d["allocated_mb"], where="post", color="black", linewidth=1,
+            label="allocated")
+    if "baseline_mb" in d.columns and d["baseline_mb"].max() > 0:
+        ax.axhline(d["baseline_mb"].iloc[0], color="tab:green", linestyle=":",
+                   label="weights + gradients before the step")
+    ax.set(xlabel="time (ms)", ylabel="allocated tensors (MB)", title="memory over the first steps")
+    ax.legend(fontsize=8, loc="upper left")
     return ax

@@ -164,3 +164,61 @@ def profile_breakdown(path: str | Path) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS + ["file"])
     return df.sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+# --- memory over one step ----------------------------------------------------------------------
+_PHASE = re.compile(r"^labkit (forward|backward) chunk (\d+) microbatch (\d+)")
+
+
+def memory_timeline(run_dir: str | Path, *, rank: int = 0) -> pd.DataFrame:
+    """Bytes allocated over the profiled steps of ``rank``, from a ``torch_profiler_memory`` run.
+
+    torch.profiler with ``profile_memory=True`` writes every allocation and free as a
+    ``[memory]`` event carrying the bytes allocated since the profiler started; the engine's
+    microbatches are ``labkit forward|backward ...`` annotations and the optimizer's step an
+    ``Optimizer.step#...`` one. One row per event: ``time_ms`` (from the first event),
+    ``allocated_mb`` (MB = 1e6 bytes; plus ``baseline_mb``: the weights and gradients that
+    existed before profiling, from ``memory/rank_N.json`` when the run wrote it), ``phase``
+    (forward, backward, optimizer, or "" between them) and ``step`` (1, 2, ...).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / "profile" / f"rank{rank}.json"
+    if not path.exists():
+        raise LabkitError(f"no profiler trace of rank {rank} at {path}. Run with "
+                          f"torch_profiler=True, torch_profiler_memory=True, "
+                          f"torch_profiler_ranks=[{rank}].")
+    events = load_trace(path)["traceEvents"]
+    mem = sorted((float(e["ts"]), float(e["args"]["Total Allocated"])) for e in events
+                 if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})
+                 and e["args"].get("Device Type", 0) == 0)
+    if not mem:
+        raise LabkitError(f"{path} has no CPU [memory] events: it was recorded without "
+                          f"torch_profiler_memory=True")
+    spans: list[tuple[float, float, str]] = []
+    steps: list[tuple[float, float]] = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name, lo = str(e.get("name", "")), float(e["ts"])
+        m = _PHASE.match(name)
+        if m:
+            spans.append((lo, lo + float(e["dur"]), m.group(1)))
+        elif name.startswith("Optimizer.step#"):
+            spans.append((lo, lo + float(e["dur"]), "optimizer"))
+        elif name.startswith("ProfilerStep#"):
+            steps.append((lo, lo + float(e["dur"])))
+    spans.sort()
+    steps.sort()
+    baseline = 0.0
+    mfile = run_dir / "memory" / f"rank_{rank}.json"
+    if mfile.exists():
+        static = json.loads(mfile.read_text()).get("static", {})
+        baseline = (static.get("weights", 0) + static.get("gradients", 0)) / 1e6
+    t0 = mem[0][0]
+    rows = []
+    for ts, total in mem:
+        phase = next((p for lo, hi, p in spans if lo <= ts <= hi), "")
+        step = next((i + 1 for i, (lo, hi) in enumerate(steps) if lo <= ts <= hi), None)
+        rows.append({"time_ms": (ts - t0) / 1e3, "allocated_mb": baseline + total / 1e6,
+                     "baseline_mb": baseline, "phase": phase, "step": step})
+    return pd.DataFrame(rows)

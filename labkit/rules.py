@@ -20,7 +20,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "selective", "full")
 ATTENTION_BACKENDS = ("unfused", "flash")
 DEVICES = ("cpu", "cuda")
-BACKENDS = ("local", "slurm")
+BACKENDS = ("local", "slurm", "hostfile")
 # Precisions the CPU/gloo path of code/pretrain_gpt.py really trains with.
 CPU_PRECISIONS = ("fp32",)
 # \Z, not $: "$" also matches before a trailing newline. Use NAME_RE.fullmatch.
@@ -32,7 +32,8 @@ MAX_WORLD_SIZE = 2**20
 MAX_SEED = 2**32 - 1
 MAX_FLOAT = 1e9
 BOOL_FIELDS = ("sequence_parallel", "use_distributed_optimizer", "swiglu",
-               "untie_embeddings_and_output_weights", "torch_profiler", "nccl_debug")
+               "untie_embeddings_and_output_weights", "torch_profiler", "torch_profiler_memory",
+               "nccl_debug")
 
 # Trial division stops here (at most ~5 x 10**5 steps whatever n is); a cofactor left above
 # _TRIAL_LIMIT ** 2 is then a prime (Miller-Rabin says so) or too large to factorise.

@@ -128,8 +128,8 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_data
     import engine_log as L
     import engine_model
-    import engine_timing
     import engine_step
+    import engine_timing
     from engine_attention import layer_spec
     from engine_memory import apply_memory_limit, static_memory_line
     from megatron.core import parallel_state as ps

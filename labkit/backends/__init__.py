@@ -14,22 +14,22 @@ and arguments: ``submit(JobSpec(name, nodes=2, gpus_per_node=2), program=..., pr
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from labkit._logging import log
-from labkit.backends.job import FINISHED, JOB_FILE, Job, JobState, backend_module
+from labkit.backends.job import FINISHED, JOB_FILE, Job, JobState, backend_module, guard_not_live
+from labkit.backends.ownership import allowed_roots, owned, verify_owned
 from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
-from labkit.errors import ConfigError, LabkitError, SubmissionError
+from labkit.errors import ConfigError, LabkitError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
-from labkit.rundir import prepare_run_dir
+from labkit.rundir import claim_run_dir, unwritable
 from labkit.site import ClusterProfile, resolve_cluster
 
 __all__ = ["FINISHED", "Job", "JobSpec", "JobState", "submit",
-           "list_jobs", "get_job"]
+           "list_jobs", "get_job", "guard_not_live", "verify_owned"]
 
 
 def _write_plan(cfg: RunConfig, d: Path) -> None:
@@ -88,65 +88,96 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
     root = None
     if backend == "slurm":
         mod.preflight(site)
-        root = Path(site.run_root) if site.run_root else None
+        root = site.run_root_path()  # {user} filled in: one root per user on a shared site
     target = _run_dir(spec.name, root)
-    if resume and (target / JOB_FILE).exists():
-        old = Job.load(target)
-        if not old.state().finished:
-            raise SubmissionError(f"run {spec.name!r} still has job {old.job_id} "
-                                  f"({old.state()}); cancel it first (labkit cancel "
-                                  f"{old.job_id}) or wait for it")
-    fresh = not target.exists() or not any(target.iterdir())
-    d = prepare_run_dir(cfg, root=root, overwrite=overwrite, resume=resume).resolve()
-    if isinstance(cfg, RunConfig):
-        _write_plan(cfg, d)
-    if program_args is not None:
-        program_args = [str(a).replace("{run_dir}", str(d)) for a in program_args]
+    if overwrite or resume:  # a live job's directory is never moved aside nor reused
+        guard_not_live(target, "move it aside" if overwrite else "resume into it")
+    claim = claim_run_dir(cfg, root=root, overwrite=overwrite, resume=resume)
+    d = claim.dir.resolve()
+    job = None
     try:
+        if isinstance(cfg, RunConfig):
+            _write_plan(cfg, d)
+        if program_args is not None:
+            program_args = [str(a).replace("{run_dir}", str(d)) for a in program_args]
         job = mod.submit(spec, d, cluster=site, program=program, program_args=program_args)
-    except BaseException:
-        if fresh:  # nothing in it but what this call wrote
-            shutil.rmtree(d, ignore_errors=True)
+        if program is not None:
+            job.info["program"] = str(program)
+        if program_args is not None:
+            job.info["program_args"] = program_args
+        job.save()
+    except BaseException as e:  # a submission happens or leaves everything as it was
+        if job is not None:
+            try:
+                mod.cancel(job)
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+        claim.rollback()
+        if isinstance(e, OSError):
+            raise unwritable(d, e) from None
         raise
-    if program is not None:
-        job.info["program"] = str(program)
-    if program_args is not None:
-        job.info["program_args"] = program_args
-    job.save()
     log.info(f"Submitted {spec.name} as {backend} job {job.job_id} -> {d} (log: {job.log_path})")
     return job
 
 
 def list_jobs(root: str | Path | None = None) -> list[Job]:
-    """labkit's own jobs: every ``<root>/*/job.json``, oldest first."""
+    """The caller's own labkit jobs: every ``<root>/*/job.json`` that is well-formed and passes
+    ``ownership.verify_owned`` (others' and forged records are left out), oldest first."""
     base = Path(root) if root is not None else run_root()
+    roots = allowed_roots(base)
     jobs = []
-    for f in sorted(base.glob(f"*/{JOB_FILE}")):
+    try:
+        found = sorted(base.glob(f"*/{JOB_FILE}"))
+    except OSError:
+        found = []
+    for f in found:
         try:
-            jobs.append(Job.load(f.parent))
+            job = Job.load(f.parent)
         except LabkitError:
             continue
+        if owned(job, roots):
+            job._verified = True
+            jobs.append(job)
     return sorted(jobs, key=lambda j: j.submitted_at)
 
 
 def job_states(jobs: list[Job]) -> dict[str, JobState]:
-    """States of many jobs with one poll per backend."""
+    """States of many jobs with one poll per backend (UNKNOWN for a backend labkit lacks)."""
     out: dict[str, JobState] = {}
-    for name in ("local", "slurm"):
+    for name in dict.fromkeys(j.backend for j in jobs):
         mine = [j for j in jobs if j.backend == name]
-        if mine:
+        try:
             out.update(backend_module(name).states(mine))
+        except LabkitError:
+            out.update({j.job_id: JobState.UNKNOWN for j in mine})
     return out
 
 
 def get_job(ref: str, root: str | Path | None = None) -> Job:
-    """One of labkit's jobs by job id, run name or run directory."""
+    """One of the caller's labkit jobs by job id, run name or run directory.
+
+    A run name means the job in ``<root>/<name>/``; when several records carry the name (runs
+    moved aside by overwrite), a live one comes first, then the newest.
+    """
+    base = Path(root) if root is not None else run_root()
     p = Path(ref)
-    if (p / JOB_FILE).exists():
-        return Job.load(p)
-    for j in list_jobs(root):
-        if ref in (j.job_id, j.name):
-            return j
-    raise LabkitError(f"no labkit job {ref!r} under {Path(root) if root else run_root()}: labkit "
-                      f"only acts on jobs it submitted (see `labkit status`); a job submitted "
-                      f"some other way is left alone (use scancel yourself if you mean it)")
+    if "/" in ref or ref in (".", ".."):
+        if (p / JOB_FILE).exists():
+            job = Job.load(p)
+            verify_owned(job, allowed_roots(base))
+            job._verified = True
+            return job
+    else:
+        jobs = list_jobs(base)
+        by_id = [j for j in jobs if j.job_id == ref]
+        if by_id:
+            return by_id[-1]
+        by_name = [j for j in jobs if j.name == ref]
+        if by_name:
+            here = [j for j in by_name if j.run_dir == (base / ref).resolve()]
+            states = job_states(by_name)
+            live = [j for j in by_name if not states[j.job_id].finished]
+            return (live or here or by_name)[-1]
+    raise LabkitError(f"no labkit job {ref!r} under {base}: labkit only acts on jobs it "
+                      f"submitted (see `labkit status`); a job submitted some other way is left "
+                      f"alone (use scancel yourself if you mean it)")

@@ -52,7 +52,7 @@ _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
 def backend_module(name: str) -> Any:
     if name not in ("local", "slurm"):
-        raise LabkitError(f"unknown backend {name!r}; use 'local' or 'slurm'")
+        raise LabkitError(f"unknown backend {name!r}; use 'local', 'slurm' or 'hostfile'")
     return importlib.import_module(f"labkit.backends.{name}")
 
 
@@ -68,6 +68,8 @@ class Job:
     info: dict[str, Any] = field(default_factory=dict)
     """Backend details: local process group and start time; Slurm's SLURM_CONF."""
     _final: JobState | None = field(default=None, repr=False, compare=False)
+    _verified: bool = field(default=True, repr=False, compare=False)
+    """False for a job read from a record on disk until ``ownership.verify_owned`` passed."""
 
     # --- record ---------------------------------------------------------------------------
     @property
@@ -81,18 +83,26 @@ class Job:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Job:
-        """The job recorded in ``run_dir/job.json`` (a run name is looked up in the run root)."""
+        """The job recorded in ``run_dir/job.json`` (a run name is looked up in the run root).
+
+        The record is checked field by field (a malformed or forged one raises LabkitError,
+        never another exception), and the job's directory is the one the record is in,
+        whatever the record says: a run moved aside keeps its own log and exit code. A loaded
+        job is acted on (cancelled) only after ``ownership.verify_owned``.
+        """
         p = Path(run_dir)
         if not (p / JOB_FILE).exists() and not p.is_absolute() and len(p.parts) == 1:
             p = run_root() / p
+        f = p / JOB_FILE
         try:
-            d = json.loads((p / JOB_FILE).read_text())
-        except (OSError, ValueError) as e:
-            raise LabkitError(f"no labkit job recorded in {p / JOB_FILE} ({e}); labkit only "
-                              f"knows the jobs it submitted (labkit status lists them)") from None
-        return cls(job_id=str(d["job_id"]), name=d["name"], run_dir=Path(d["run_dir"]),
-                   backend=d["backend"], submitted_at=d.get("submitted_at", 0.0),
-                   info=d.get("info", {}))
+            if f.stat().st_size > 1_000_000:
+                raise ValueError(f"{f.stat().st_size:,} bytes is not a job record")
+            d = json.loads(f.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as e:
+            raise LabkitError(f"no labkit job recorded in {f} ({e}); labkit only knows the "
+                              f"jobs it submitted (labkit status lists them)") from None
+        job = cls(run_dir=p.resolve(), _verified=False, **_record_fields(d, f))
+        return job
 
     def to_dict(self, state: JobState | None = None) -> dict[str, Any]:
         """DESIGN section 5: ``{"job_id", "name", "run_dir", "backend", "state"}``."""
@@ -108,11 +118,20 @@ class Job:
             self._final = st  # finished states never change again
         return st
 
-    def cancel(self) -> None:
-        """Cancel this job (and only it). A finished job is left as it is."""
-        if not self.state().finished:
-            backend_module(self.backend).cancel(self)
-            self._final = None
+    def cancel(self) -> bool:
+        """Cancel this job (and only it); True when something was cancelled. A finished job is
+        left as it is (False). A job read from disk is checked to be the caller's own first
+        (``ownership.verify_owned``: NotOwnedError otherwise)."""
+        if not self._verified:
+            from labkit.backends.ownership import verify_owned
+
+            verify_owned(self)
+            self._verified = True
+        if self.state().finished:
+            return False
+        backend_module(self.backend).cancel(self)
+        self._final = None
+        return True
 
     def tail(self, n: int = 20) -> str:
         """The last ``n`` lines of the log ('' before the job wrote anything)."""
@@ -218,6 +237,53 @@ class Job:
                + (f"\nLikely cause: {hint}" if hint else "")
                + f"\nLast log lines:\n{tail or '(log is empty)'}\nFull log: {self.log_path}")
         return JobFailedError(msg, job_id=self.job_id, state=str(st), log_tail=tail)
+
+
+def guard_not_live(run_dir: str | Path, doing: str = "move it aside") -> None:
+    """Raise SubmissionError when a PENDING or RUNNING job holds ``run_dir`` (its record there
+    says which); a directory without a readable record holds nothing."""
+    from labkit.backends.ownership import refuse_if_live
+
+    d = Path(run_dir)
+    if not (d / JOB_FILE).exists():
+        return
+    try:
+        job = Job.load(d)
+    except LabkitError:
+        return
+    refuse_if_live(job, d, doing)
+
+
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+
+
+def _record_fields(d: Any, f: Path) -> dict[str, Any]:
+    """The fields of a job record, checked; LabkitError naming the first bad one."""
+    from labkit.rules import NAME_RE
+
+    def bad(what: str) -> LabkitError:
+        return LabkitError(f"malformed labkit job record {f}: {what}; labkit leaves it alone "
+                           f"(move it away, or resubmit the run)")
+
+    if not isinstance(d, dict):
+        raise bad(f"a JSON object is expected, not {type(d).__name__}")
+    job_id, name, backend = d.get("job_id"), d.get("name"), d.get("backend")
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = str(job_id)
+    if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id):
+        raise bad(f"job_id={job_id!r:.60} is not a job id")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise bad(f"name={name!r:.60} is not a run name")
+    if not isinstance(backend, str) or not re.fullmatch(r"[a-z]{1,20}", backend):
+        raise bad(f"backend={backend!r:.60} is not a backend")
+    when = d.get("submitted_at", 0.0)
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not 0 <= when < 1e11:
+        raise bad(f"submitted_at={when!r:.60} is not a time")
+    info = d.get("info", {})
+    if not isinstance(info, dict):
+        raise bad(f"info={info!r:.60} is not a mapping")
+    return {"job_id": job_id, "name": name, "backend": backend, "submitted_at": float(when),
+            "info": info}
 
 
 _STATE_HINTS = {

@@ -2,14 +2,21 @@
 
 ``submit`` renders ``job.sh`` (one torchrun agent per simulated node, rendezvous on 127.0.0.1
 at a free port) and starts it in its own session, so the launcher and its agents form one
-process group with stdout/stderr in ``log.txt``. The launcher writes ``exit_code``. ``cancel``
-signals exactly that group plus the workers torchrun started in sessions of their own (found
-by walking the process tree down from the launcher), and nothing else.
+process group with stdout/stderr in ``log.txt``. The launcher writes ``exit_code``.
+
+Every process of the job carries a random token in its environment (``LABKIT_JOB_TOKEN``,
+inherited by torchrun's agents and by the workers it starts in sessions of their own), so the
+job's processes are found even after the launcher or an agent died with ``kill -9`` and left
+orphans behind: while any of them lives the job is RUNNING, and ``cancel`` ends them all. Only
+processes of the caller's own user that carry the token (and a launcher whose start time,
+process group and token match the record) are ever signalled.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +31,8 @@ from labkit.render import render_local
 from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"
+TOKEN_ENV = "LABKIT_JOB_TOKEN"
+_TOKEN_RE = re.compile(r"[0-9a-f]{32}\Z")
 # Popen objects of jobs this process started: polling them reaps the launcher (no zombies).
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
@@ -62,7 +71,8 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile 
     script.write_text(render_local(spec, run_dir, program=program, program_args=program_args))
     script.chmod(0o755)
     port = free_port()
-    env = {**os.environ, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    token = secrets.token_hex(16)
+    env = {**os.environ, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", TOKEN_ENV: token}
     with open(run_dir / "log.txt", "ab") as log:
         p = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, cwd=run_dir, env=env,
@@ -70,17 +80,81 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile 
     _CHILDREN[p.pid] = p
     st = _stat(p.pid)
     info = {"pid": p.pid, "pgid": p.pid, "start_ticks": st[3] if st else None, "port": port,
-            "host": socket.gethostname()}
+            "host": socket.gethostname(), "token": token}
     return Job(job_id=f"local-{p.pid}", name=spec.name, run_dir=run_dir, backend="local",
                info=info)
 
 
-def _state(job: Job) -> JobState:
-    pid, start = job.info.get("pid"), job.info.get("start_ticks")
-    if pid and job.info.get("host", socket.gethostname()) != socket.gethostname():
+def _token(job: Job) -> bytes | None:
+    t = job.info.get("token")
+    return t.encode() if isinstance(t, str) and _TOKEN_RE.fullmatch(t) else None
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 1 < v < 2**31 else None
+
+
+def _env_token(pid: int) -> bytes | None:
+    """The job token in the environment of ``pid`` when it is the caller's process."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return None
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    m = re.search(rb"(?:^|\0)" + TOKEN_ENV.encode() + rb"=([0-9a-f]{32})(?:\0|$)", env)
+    return m.group(1) if m else None
+
+
+def _launcher(job: Job) -> tuple[int, int] | None:
+    """(pid, start ticks) of the job's launcher when it lives and is verifiably the job's:
+    the recorded start time, the recorded process group (the one it leads), the caller's user
+    and the job's token. A record without a start time or a token is never trusted."""
+    pid, start, pgid = (_int(job.info.get("pid")), job.info.get("start_ticks"),
+                        _int(job.info.get("pgid")))
+    if pid is None or pgid != pid or isinstance(start, bool) or not isinstance(start, int) \
+            or _token(job) is None or not _alive(pid, start):
+        return None
+    st = _stat(pid)
+    if st is None or st[2] != pgid:
+        return None
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return None
+    except OSError:
+        return None
+    if _env_token(pid) != _token(job):
+        return None
+    return pid, start
+
+
+def _scan() -> dict[bytes, list[tuple[int, int]]]:
+    """{job token: [(pid, start ticks)]} of the caller's live processes that carry one."""
+    out: dict[bytes, list[tuple[int, int]]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            token = _env_token(int(d))
+            st = _stat(int(d)) if token else None
+            if token and st and st[0] != "Z":
+                out.setdefault(token, []).append((int(d), st[3]))
+    return out
+
+
+def _members(job: Job, scan: dict[bytes, list[tuple[int, int]]] | None = None
+             ) -> list[tuple[int, int]]:
+    """(pid, start ticks) of every live process of the job: those of the caller's user that
+    carry its token (the launcher, the agents, and workers orphaned or not)."""
+    token = _token(job)
+    if token is None:
+        return []
+    return (scan if scan is not None else _scan()).get(token, [])
+
+
+def _state(job: Job, scan: dict[bytes, list[tuple[int, int]]] | None = None) -> JobState:
+    if job.info.get("host", socket.gethostname()) != socket.gethostname():
         return JobState.UNKNOWN  # started on another machine: its processes are not visible
-    if pid and _alive(pid, start):
-        return JobState.RUNNING
+    if _launcher(job) is not None or _members(job, scan):
+        return JobState.RUNNING  # orphans of a killed launcher or agent count: they still run
     if (job.run_dir / CANCELLED_MARK).exists():
         return JobState.CANCELLED
     code = job.exit_code()
@@ -91,7 +165,8 @@ def _state(job: Job) -> JobState:
 
 
 def states(jobs: list[Job]) -> dict[str, JobState]:
-    return {j.job_id: _state(j) for j in jobs}
+    scan = _scan() if any(_token(j) for j in jobs) else {}
+    return {j.job_id: _state(j, scan) for j in jobs}
 
 
 def _descendants(root: int) -> list[tuple[int, int]]:
@@ -110,26 +185,42 @@ def _descendants(root: int) -> list[tuple[int, int]]:
     return out
 
 
+def _signal(pid: int, start: int, sig: int) -> None:
+    if _alive(pid, start):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def cancel(job: Job, grace: float = 10.0) -> None:
-    """SIGTERM the job's process group (torchrun stops its workers), SIGKILL what is left."""
-    pid, start = job.info["pid"], job.info.get("start_ticks")
-    if not _alive(pid, start):
+    """SIGTERM the job's process group (torchrun stops its workers) and every other process
+    carrying the job's token (orphans); SIGKILL what is left after ``grace`` seconds."""
+    launcher = _launcher(job)
+    members = _members(job)
+    if launcher is None and not members:
         return
     (job.run_dir / CANCELLED_MARK).write_text(f"{time.time():.0f}\n")
-    tree = _descendants(pid)
-    try:
-        os.killpg(job.info["pgid"], signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    if launcher is not None:
+        try:
+            os.killpg(launcher[0], signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid, start in members:
+        _signal(pid, start, signal.SIGTERM)
+    procs = ([launcher] if launcher else []) + members
     end = time.time() + grace
-    while time.time() < end and (_alive(pid, start) or any(_alive(p, s) for p, s in tree)):
+    while time.time() < end and any(_alive(p, s) for p, s in procs):
         time.sleep(0.1)
-    for p, s in [(pid, start), *tree]:
-        if _alive(p, s):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    child = _CHILDREN.get(pid)
+    procs += _members(job)
+    for pid, start in procs:
+        _signal(pid, start, signal.SIGKILL)
+    end = time.time() + 10  # SIGKILL is delivered asynchronously: wait until they are gone
+    while time.time() < end and any(_alive(p, s) for p, s in procs):
+        time.sleep(0.05)
+    child = _CHILDREN.get(job.info.get("pid", -1))
     if child is not None:
-        child.wait(timeout=5)
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass

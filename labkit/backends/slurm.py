@@ -139,11 +139,16 @@ def _squeue(conf: str | None) -> dict[str, tuple[str, str]] | None:
 
 
 def _scontrol(conf: str | None, job_id: str) -> tuple[str, str] | None:
+    """(state, name) of a job of this user that scontrol still knows; another user's job of
+    that id answers None (it is not ours, whatever its name)."""
     p = run_cmd(["scontrol", "-o", "show", "job", job_id], slurm_conf=conf)
     if p.returncode:
         return None
     st = re.search(r"\bJobState=(\S+)", p.stdout)
     name = re.search(r"\bJobName=(.*?) (?:UserId|\w+=)", p.stdout)
+    uid = re.search(r"\bUserId=[^(\s]*\((\d+)\)", p.stdout)
+    if uid and int(uid.group(1)) != os.geteuid():
+        return None
     return (st.group(1), name.group(1) if name else "") if st else None
 
 

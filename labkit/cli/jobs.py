@@ -159,6 +159,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from labkit.backends import get_job
 
     job = get_job(args.job)
-    job.cancel()
-    say(f"cancelled {job.backend} job {job.job_id} ({job.name}): {job.state()}")
+    before = job.state()
+    if not job.cancel():
+        say(f"{job.backend} job {job.job_id} ({job.name}) had already ended ({before}); "
+            f"nothing to cancel")
+        return 0
+    after, end = job.state(), time.time() + 15  # Slurm takes a moment to end a job
+    while not after.finished and time.time() < end:
+        time.sleep(0.5)
+        after = job.state()
+    if not after.finished:
+        warn(f"{job.backend} job {job.job_id} ({job.name}) is still {after} after the cancel "
+             f"request; check again with labkit status {job.job_id}")
+        return 1
+    say(f"cancelled {job.backend} job {job.job_id} ({job.name}): {after}")
     return 0

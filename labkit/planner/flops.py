@@ -113,17 +113,41 @@ def comm_volume(cfg: RunConfig) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What an iteration-time estimate needs to know about the machines."""
+    """What an iteration-time estimate needs to know about the machines.
+
+    The figures of ``HARDWARE`` are typical ones (datasheets, the lab's field notes): an
+    estimate made with them is *uncalibrated*. ``labkit.planner.calibration`` builds a
+    Hardware from what this machine or cluster measured (the compute speed of a training run,
+    the all-reduce bus bandwidth and latency of the benchmark); ``calibrated_from`` then names
+    those measurements.
+    """
 
     name: str
     peak_tflops: float
-    """Dense peak of one GPU (or process) in the run's precision, TFLOP/s."""
+    """Dense peak of one GPU (or process) in the run's precision, TFLOP/s; calibrated: the
+    speed one rank measured, TFLOP/s (with ``efficiency`` 1)."""
     intra_node_gbps: float
     """Bus bandwidth of a collective inside a node, GB/s (1e9 bytes)."""
     inter_node_gbps: float
     """Bus bandwidth of a collective across nodes, GB/s."""
     efficiency: float = 0.5
     """Fraction of the peak that the matmuls reach (large models on GPUs: 0.4-0.6)."""
+    intra_node_latency_s: float = 0.0
+    """Fixed cost of one collective or send inside a node, s (the benchmark's small messages)."""
+    inter_node_latency_s: float = 0.0
+    """Fixed cost of one collective or send across nodes, s."""
+    cores_per_host: int | None = None
+    """CPU cores of one machine when the ranks are CPU processes (None on GPUs): more ranks than
+    cores on a machine share them, and each rank computes that much slower."""
+    measured_ranks_per_host: int | None = None
+    """Ranks that shared one machine while ``peak_tflops`` was measured."""
+    calibrated_from: tuple[str, ...] = ()
+    """The measurements behind these figures ("compute: runs/nb01_dp", ...); empty: typical
+    figures, not measured here."""
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.calibrated_from)
 
 
 HARDWARE = {
@@ -137,35 +161,63 @@ HARDWARE = {
 }
 
 
+def ranks_per_host(cfg: RunConfig) -> int:
+    """Ranks that share one machine: all of them on the local backend (every "node" is a group
+    of processes on this machine), else one node's."""
+    return cfg.world_size if cfg.backend == "local" else cfg.gpus_per_node
+
+
+def _contention(cfg: RunConfig, hw: Hardware) -> float:
+    """How much slower one rank computes than where ``hw`` was measured (1 = as fast)."""
+    if not hw.cores_per_host:
+        return 1.0
+    share = min(1.0, hw.cores_per_host / ranks_per_host(cfg))
+    measured = min(1.0, hw.cores_per_host / (hw.measured_ranks_per_host or 1))
+    return measured / share
+
+
 def estimate_iteration_time(cfg: RunConfig, hw: Hardware | str | dict[str, Any]) -> dict[str, Any]:
     """An ESTIMATE of one iteration's time: compute (hardware FLOPs at ``efficiency`` x peak),
-    stretched by the bubble, plus communication not overlapped (TP, PP, DP) at the group's link.
+    stretched by the bubble, plus communication not overlapped (TP, PP, DP) at the group's link:
+    per collective a fixed latency plus its bytes over the bus bandwidth.
 
     An upper-bound style estimate for comparing layouts, not a prediction; real runs overlap DP
-    communication with backward and reach a different efficiency.
+    communication with backward and reach a different efficiency. ``calibrated`` says whether
+    the figures were measured on this machine or cluster (``labkit.planner.calibration``).
     """
     if isinstance(hw, str):
         hw = HARDWARE[hw]
     elif isinstance(hw, dict):
         hw = Hardware(**{"name": "custom", **hw})
     per_rank_flops = hardware_flops_per_iteration(cfg) / cfg.world_size
-    compute_s = per_rank_flops / (hw.peak_tflops * 1e12 * hw.efficiency)
+    compute_s = per_rank_flops / (hw.peak_tflops * 1e12 * hw.efficiency) * _contention(cfg, hw)
     bubble_s = compute_s * bubble_fraction(cfg)
     comm = comm_volume(cfg)
     comm_s = {}
     for group, c in comm.items():
-        bw = hw.inter_node_gbps if c["crosses_nodes"] else hw.intra_node_gbps
-        comm_s[group] = c["bytes_per_rank"] / (bw * 1e9)
+        inter = c["crosses_nodes"]
+        bw = hw.inter_node_gbps if inter else hw.intra_node_gbps
+        latency = hw.inter_node_latency_s if inter else hw.intra_node_latency_s
+        comm_s[group] = c["ops"] * latency + c["bytes_per_rank"] / (bw * 1e9)
     total = compute_s + bubble_s + sum(comm_s.values())
+    if hw.calibrated:
+        note = f"estimate calibrated from {', '.join(hw.calibrated_from)}; no overlap of " \
+               "communication with compute"
+    else:
+        note = f"UNCALIBRATED estimate (typical figures of {hw.name}: {hw.efficiency:.0%} of " \
+               f"{hw.peak_tflops} TFLOP/s, {hw.intra_node_gbps:g}/{hw.inter_node_gbps:g} GB/s " \
+               "intra/inter); no overlap of communication with compute"
     return {
         "estimate": True,
         "hardware": hw.name,
+        "calibrated": hw.calibrated,
         "compute_s": compute_s,
         "bubble_s": bubble_s,
         "comm_s": comm_s,
         "iteration_s": total,
         "tokens_per_s": cfg.tokens_per_iteration / total,
-        "mfu": flops_per_iteration(cfg) / (total * cfg.world_size * hw.peak_tflops * 1e12),
-        "note": "estimate: no overlap of communication with compute; efficiency "
-                f"{hw.efficiency:.0%} of {hw.peak_tflops} TFLOP/s assumed",
+        # MFU is against a datasheet peak; a calibrated speed is a measurement, not a peak
+        "mfu": None if hw.calibrated else
+        flops_per_iteration(cfg) / (total * cfg.world_size * hw.peak_tflops * 1e12),
+        "note": note,
     }

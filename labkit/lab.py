@@ -2,6 +2,7 @@
 
     versions()                         package versions as a table (the versions cell)
     launch(cfg, cluster=..., ...)      submit and wait, or reuse a finished identical run
+    run_dir_of(cfg, cluster=...)       the run directory launch/submit use (render it there)
     wait_for_iteration(job, n)         block until the log shows iteration n (kill-and-resume)
     run_allreduce_bench(cfg, ...)      code/allreduce_bench.py on the run's nodes -> DataFrame
     steady_median(df, column)          a median that leaves out the warm-up iterations
@@ -20,7 +21,7 @@ import pandas as pd
 
 from labkit._logging import log
 from labkit.config import RunConfig
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, SubmissionError
 from labkit.paths import run_root
 
 PACKAGES = ("labkit", "torch", "megatron-core", "pandas", "matplotlib", "tensorboard",
@@ -38,8 +39,20 @@ def versions(packages: tuple[str, ...] = PACKAGES) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("package")
 
 
-def _finished_same_run(cfg: RunConfig) -> Path | None:
-    d = run_root() / cfg.name
+def run_dir_of(cfg: RunConfig, *, cluster: Any = None) -> Path:
+    """The run directory ``launch``/``submit`` use for ``cfg``: under the cluster profile's
+    ``run_root`` (``{user}`` filled in) for a Slurm run, else under ``labkit.paths.run_root()``.
+    Render the job script for this directory, and look for earlier runs here."""
+    if cfg.backend == "slurm":
+        from labkit.site import resolve_cluster
+
+        root = resolve_cluster(cluster).run_root_path()
+        if root is not None:
+            return (root / cfg.name).absolute()
+    return run_root() / cfg.name
+
+
+def _finished_same_run(cfg: RunConfig, d: Path) -> Path | None:
     try:
         same = json.loads((d / "config.json").read_text()) == cfg.to_dict()
         ok = (d / "exit_code").read_text().strip() == "0"
@@ -50,22 +63,39 @@ def _finished_same_run(cfg: RunConfig) -> Path | None:
 
 def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: bool = True,
            progress: bool = True, timeout: float | None = None, resume: bool = False,
-           hang_timeout: float | None = None) -> Any:
+           hang_timeout: float | None = None, cancel_on_interrupt: bool = True) -> Any:
     """Submit ``cfg`` (its own backend) and wait; returns the ``Job``.
 
     With ``reuse`` a run of the very same config that already finished with exit code 0 is
     returned instead of training again (notebook 02 reuses 01's run this way). Otherwise an
-    earlier run directory of the same name is moved aside (never deleted) and the job starts.
-    ``hang_timeout`` (seconds) waits with the hang watchdog (``Job.wait``).
+    earlier run directory of the same name is moved aside (never deleted) and the job starts;
+    one whose job is still PENDING or RUNNING, or that belongs to another user, is refused
+    (SubmissionError naming the job and how to cancel it). The directory is ``run_dir_of(cfg,
+    cluster=cluster)``: the cluster's per-user run root for a Slurm run.
+    ``hang_timeout`` (seconds) waits with the hang watchdog (``Job.wait``). Interrupting the
+    wait cancels the job unless ``cancel_on_interrupt=False``.
     """
-    from labkit.backends import Job, submit
+    from labkit.backends import submit
+    from labkit.backends.job import JOB_FILE, Job
+    from labkit.backends.ownership import NotOwnedError, verify_owned
 
-    if reuse and not resume and (d := _finished_same_run(cfg)) is not None:
-        log.info(f"reusing the finished run {d} (same config); pass reuse=False to train again")
-        return Job.load(d)
+    d = run_dir_of(cfg, cluster=cluster)
+    if (d / JOB_FILE).exists():
+        old = Job.load(d)
+        try:
+            verify_owned(old, [d.parent.resolve()])
+        except NotOwnedError as e:
+            raise SubmissionError(f"{e}. Use another run name, or give each user a run root "
+                                  f"(run_root: /shared/labkit/{{user}}/runs in the cluster "
+                                  f"profile)") from None
+        if reuse and not resume and _finished_same_run(cfg, d) is not None:
+            log.info(f"reusing the finished run {d} (same config); pass reuse=False to train "
+                     f"again")
+            return old
     job = submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
-        job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout)
+        job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout,
+                 cancel_on_interrupt=cancel_on_interrupt)
     return job
 
 

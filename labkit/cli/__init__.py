@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from labkit.cli import jobs, runs, tools
+from labkit.cli import classroom, jobs, runs, tools
 from labkit.cli.common import for_cli_users
 from labkit.errors import ConfigError, LabkitError
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_parsers(sub)
     jobs.add_parsers(sub)
     tools.add_parsers(sub)
+    classroom.add_parsers(sub)
     return ap
 
 

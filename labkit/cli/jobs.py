@@ -41,6 +41,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        description="List the jobs labkit submitted under the run root, with "
                                    "their state; jobs submitted some other way are not shown.")
     p.add_argument("job", nargs="?", metavar="JOB", help=JOB_HELP + " (default: all)")
+    add_cluster(p, "the run root to list (its run_root, {user} filled in)")
     add_json(p, "the job record(s)")
     p.set_defaults(func=cmd_status)
 
@@ -64,10 +65,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="keep printing new lines until the job finishes")
     p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("cancel", help="cancel one of labkit's own jobs (and nothing else)",
-                       description="Cancel a job labkit submitted; a job submitted some other "
-                                   "way is refused.")
-    p.add_argument("job", metavar="JOB", help=JOB_HELP)
+    p = sub.add_parser("cancel", help="cancel one of your labkit jobs, or all of them (--all)",
+                       description="Cancel a job labkit submitted for you; a job submitted some "
+                                   "other way, or another user's, is refused. --all cancels "
+                                   "every pending or running labkit job of yours and nothing "
+                                   "else.")
+    p.add_argument("job", nargs="?", metavar="JOB", help=JOB_HELP)
+    p.add_argument("--all", action="store_true",
+                   help="every pending or running labkit job of yours (not your other jobs)")
+    add_cluster(p, "the run root to look in")
+    add_json(p, "the jobs cancelled")
     p.set_defaults(func=cmd_cancel)
 
 
@@ -104,10 +111,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from labkit.backends import get_job, job_states, list_jobs
-    from labkit.paths import run_root
+    from labkit.backends import job_states
+    from labkit.classroom import find_job, my_jobs, my_roots
 
-    jobs = [get_job(args.job)] if args.job else list_jobs()
+    jobs = [find_job(args.job, args.cluster)] if args.job else my_jobs(args.cluster)
     states = job_states(jobs)
     rows = [j.to_dict(states[j.job_id]) for j in jobs]
     if args.json:
@@ -119,7 +126,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         say(f"{r['job_id']:>14} {r['backend']:7} {r['state']:13} {when:19} "
             f"{r['name']} ({r['run_dir']})")
     if not jobs:
-        say(f"(no labkit jobs under {run_root()})")
+        say(f"(no labkit jobs of yours under {', '.join(map(str, my_roots(args.cluster)))})")
     return 0
 
 
@@ -156,9 +163,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from labkit.backends import get_job
+    from labkit.classroom import find_job
+    from labkit.cli.classroom import cmd_cancel_all
 
-    job = get_job(args.job)
+    if args.all == bool(args.job):
+        warn("labkit cancel: name one JOB to cancel, or --all for every labkit job of yours")
+        return 2
+    if args.all:
+        return cmd_cancel_all(args)
+    job = find_job(args.job, args.cluster)
     before = job.state()
     if not job.cancel():
         say(f"{job.backend} job {job.job_id} ({job.name}) had already ended ({before}); "

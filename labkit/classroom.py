@@ -1,0 +1,322 @@
+"""A class on a shared cluster: the caller's own jobs, their clean-up, and the instructor's view.
+
+A student sees and acts on their own labkit jobs only (``my_jobs``, ``cancel_all``, ``clean``):
+the runs under ``labkit.paths.run_root()`` and under the cluster profile's ``run_root`` with
+``{user}`` filled in, whose record (``job.json``) the caller owns. The instructor, with read
+access to the shared root, sees every student (``class_status``); ending or cleaning their runs
+(``class_cancel_all``, ``class_clean``) needs the rights to do so (root) and is refused before
+anything is touched otherwise. Only labkit's own jobs are touched, never other Slurm jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labkit.backends import Job, get_job, job_states, list_jobs
+from labkit.backends.job import JOB_FILE, JobState
+from labkit.backends.ownership import verify_owned
+from labkit.errors import LabkitError
+from labkit.paths import run_root
+from labkit.site import ClusterProfile, current_user, resolve_cluster
+
+_ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
+_NOTEBOOK_RE = re.compile(r"^nb(\d\d)_")
+CHECKPOINT_DIRS = ("checkpoints",)
+
+
+def my_roots(cluster: ClusterProfile | str | Path | None = None) -> list[Path]:
+    """Where the caller's runs live: ``run_root()`` and the cluster's per-user run root."""
+    roots = [run_root()]
+    site = _site_or_none(cluster)
+    if site is not None and (r := site.run_root_path()) is not None:
+        roots.append(r)
+    return list(dict.fromkeys(Path(os.path.abspath(r)) for r in roots))
+
+
+def user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def owner(run_dir: Path) -> str | None:
+    """The user owning a run directory's job record; None if it is gone."""
+    try:
+        return user_name((Path(run_dir) / JOB_FILE).stat().st_uid)
+    except OSError:
+        return None
+
+
+def my_jobs(cluster: ClusterProfile | str | Path | None = None) -> list[Job]:
+    """The caller's own labkit jobs (``labkit.backends.ownership``), oldest first."""
+    seen: dict[Path, Job] = {}
+    for root in my_roots(cluster):
+        for j in list_jobs(root):
+            seen.setdefault(j.run_dir, j)
+    return sorted(seen.values(), key=lambda j: j.submitted_at)
+
+
+def find_job(ref: str, cluster: ClusterProfile | str | Path | None = None) -> Job:
+    """One of the caller's jobs by job id, run name or run directory; another user's job is
+    refused (``labkit.backends.ownership.verify_owned``), however it was named."""
+    roots = my_roots(cluster)
+    if "/" not in ref:
+        for root in reversed(roots):  # the site's root first: that is where Slurm runs are
+            try:
+                return get_job(ref, root)
+            except LabkitError:
+                continue
+    return get_job(ref, next((r for r in roots if Path(ref).resolve().is_relative_to(r)),
+                             roots[-1]))
+
+
+def cancel_all(cluster: ClusterProfile | str | Path | None = None) -> list[dict[str, Any]]:
+    """Cancel every PENDING or RUNNING job of the caller's; returns what was cancelled."""
+    jobs = my_jobs(cluster)
+    return _cancel_live(jobs, job_states(jobs))
+
+
+def _cancel_live(jobs: list[Job], states: dict[str, JobState]) -> list[dict[str, Any]]:
+    out = []
+    for j in jobs:
+        st = states.get(j.job_id, JobState.UNKNOWN)
+        if st.finished or st is JobState.UNKNOWN:
+            continue
+        j.cancel()
+        out.append({**j.to_dict(st), "user": owner(j.run_dir)})
+    return out
+
+
+@dataclass(frozen=True)
+class Freed:
+    """One thing ``clean`` removed (or would remove with ``dry_run``)."""
+
+    path: str
+    bytes: int
+    run: str
+    user: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "run": self.run, "user": self.user}
+
+
+def clean(cluster: ClusterProfile | str | Path | None = None, *, dry_run: bool = False,
+          keep_last: int = 0, whole_runs: bool = False) -> list[Freed]:
+    """Remove the checkpoints (``whole_runs``: the whole run directories) of the caller's
+    finished runs, keeping the newest ``keep_last`` runs as they are. A run whose job is not
+    finished (or whose state is unknown) is never touched."""
+    jobs = my_jobs(cluster)
+    return _clean(jobs, job_states(jobs), dry_run=dry_run, keep_last=keep_last,
+                  whole_runs=whole_runs)
+
+
+def _clean(jobs: list[Job], states: dict[str, JobState], *, dry_run: bool, keep_last: int,
+           whole_runs: bool) -> list[Freed]:
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+        raise LabkitError(f"keep_last={keep_last!r} must be a whole number >= 0")
+    done = [j for j in jobs if states.get(j.job_id, JobState.UNKNOWN).finished]
+    done.sort(key=lambda j: j.submitted_at)
+    drop = done[:len(done) - keep_last] if keep_last else done
+    out = []
+    for j in drop:
+        who = owner(j.run_dir)
+        targets = [j.run_dir] if whole_runs else [j.run_dir / n for n in CHECKPOINT_DIRS]
+        for t in targets:
+            if not t.exists():
+                continue
+            size = _size(t)
+            if not dry_run:
+                shutil.rmtree(t)
+            out.append(Freed(str(t), size, j.name, who))
+    return out
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+# --- the instructor's view ---------------------------------------------------------------------
+def _site_or_none(cluster: ClusterProfile | str | Path | None) -> ClusterProfile | None:
+    site = resolve_cluster(cluster)
+    return site if site.run_root else None
+
+
+def student_roots(cluster: ClusterProfile | str | Path | None = None) -> dict[str, Path]:
+    """{user: run root} of every student under the cluster profile's ``run_root``.
+
+    With ``{user}`` in it, every existing directory matching the pattern is one student's; a
+    run root without ``{user}`` is shared by all, and its runs are told apart by owner."""
+    site = _site_or_none(cluster)
+    if site is None:
+        raise LabkitError("the class view needs a cluster profile with a shared run_root, e.g. "
+                          "run_root: /shared/labkit/{user}/runs (give --cluster SITE.yaml or set "
+                          "$LABKIT_CLUSTER)")
+    pattern = site.run_root
+    if "{user}" not in pattern:
+        return {"*": Path(pattern)}
+    head, _, tail = pattern.partition("{user}")
+    base = Path(head) if head.endswith("/") else Path(head).parent
+    prefix = "" if head.endswith("/") else Path(head).name
+    if not base.is_dir():
+        raise LabkitError(f"the class run root {base} does not exist (yet): no student has run "
+                          f"anything, or run_root {pattern!r} is not this cluster's")
+    try:
+        entries = sorted(base.iterdir())
+    except PermissionError:
+        raise LabkitError(f"cannot list {base}: the class view needs read access to the "
+                          f"shared run root (run it as the instructor, or root)") from None
+    out = {}
+    for e in entries:
+        if e.is_dir() and e.name.startswith(prefix):
+            user = e.name[len(prefix):]
+            root = Path(pattern.replace("{user}", user))
+            if user and root.is_dir():
+                out[user] = root
+    return out
+
+
+def _all_jobs(cluster: ClusterProfile | str | Path | None) -> list[tuple[str, Job]]:
+    """(user, job) of every student's labkit job record, read-only: acting on one goes
+    through ``verify_owned`` (root only)."""
+    out = []
+    for user, root in student_roots(cluster).items():
+        for f in sorted(root.glob(f"*/{JOB_FILE}")):
+            try:
+                j = Job.load(f.parent)
+            except LabkitError:
+                continue
+            if Path(j.run_dir).resolve() != f.parent.resolve():
+                continue  # a record naming another directory is not this run's
+            out.append((user if user != "*" else (owner(j.run_dir) or "?"), j))
+    return out
+
+
+def _progress(job: Job) -> tuple[int | None, int | None]:
+    try:
+        with open(job.log_path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            found = _ITER_RE.findall(f.read())
+    except OSError:
+        return None, None
+    return (int(found[-1][0]), int(found[-1][1])) if found else (None, None)
+
+
+def _diagnosis(job: Job, st: JobState) -> str | None:
+    try:
+        from labkit.logs import diagnose
+
+        failures = diagnose(job.log_path, exit_code=job.exit_code(), job_state=str(st))
+    except Exception:  # a parser problem must not hide the rest of the class view
+        return None
+    return next((f"{f.kind}: {f.message}" for f in failures), None)
+
+
+def _exercises(root: Path) -> dict[str, int] | None:
+    import json
+
+    passed = total = 0
+    for m in root.glob("*/metrics.json"):
+        try:
+            data = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        for k, v in data.items():
+            if k.startswith("exercise."):
+                total += 1
+                passed += bool(v)
+    return {"passed": passed, "total": total} if total else None
+
+
+def class_status(cluster: ClusterProfile | str | Path | None = None) -> list[dict[str, Any]]:
+    """One entry per student: job counts by state, each job with its progress (iteration of
+    train_iters), the last notebook reached (from the ``nbNN_`` run names), exercise checks
+    recorded in the runs' ``metrics.json``, and the newest failure's diagnosis."""
+    pairs = _all_jobs(cluster)
+    states = job_states([j for _, j in pairs])
+    roots = student_roots(cluster)
+    by_user: dict[str, list[Job]] = {u: [] for u in roots if u != "*"}
+    for user, j in pairs:
+        by_user.setdefault(user, []).append(j)
+    out = []
+    for user in sorted(by_user):
+        jobs = sorted(by_user[user], key=lambda j: j.submitted_at)
+        counts = {"PENDING": 0, "RUNNING": 0, "finished": 0}
+        rows, last_nb, failure = [], None, None
+        for j in jobs:
+            st = states.get(j.job_id, JobState.UNKNOWN)
+            key = "finished" if st.finished else str(st)
+            counts[key] = counts.get(key, 0) + 1
+            it, total = _progress(j)
+            rows.append({**j.to_dict(st), "iteration": it, "train_iters": total})
+            if m := _NOTEBOOK_RE.match(j.name):
+                last_nb = m.group(1)
+            if st.finished and st is not JobState.COMPLETED:
+                failure = {"job_id": j.job_id, "name": j.name, "state": str(st),
+                           "diagnosis": _diagnosis(j, st)}
+        root = roots.get(user, roots.get("*"))
+        out.append({"user": user, "run_root": str(root), "jobs": counts, "runs": rows,
+                    "last_notebook": last_nb,
+                    "exercises": _exercises(root) if root else None, "last_failure": failure})
+    return out
+
+
+def _need_rights(pairs: list[tuple[str, Job]], doing: str) -> None:
+    if os.geteuid() == 0:
+        for _, j in pairs:
+            verify_owned(j, [Path(j.run_dir).resolve().parent], allow_root=True)
+            j._verified = True
+        return
+    others = sorted({u for u, j in pairs if owner(j.run_dir) != current_user()})
+    if others:
+        raise LabkitError(f"{doing} other users' runs ({', '.join(others[:8])}) needs the "
+                          f"rights to do so: run it as root (the instructor's account with "
+                          f"sudo). You ({current_user()}) may use `labkit cancel --all` and "
+                          f"`labkit clean` for your own runs")
+
+
+def class_cancel_all(cluster: ClusterProfile | str | Path | None = None) -> list[dict[str, Any]]:
+    """Cancel every student's PENDING or RUNNING labkit job (root only)."""
+    pairs = _all_jobs(cluster)
+    jobs = [j for _, j in pairs]
+    states = job_states(jobs)
+    _need_rights([(u, j) for u, j in pairs if not states.get(j.job_id, JobState.UNKNOWN)
+                  .finished], "cancelling")
+    return _cancel_live(jobs, states)
+
+
+def class_clean(cluster: ClusterProfile | str | Path | None = None, *, dry_run: bool = False,
+                keep_last: int = 0, whole_runs: bool = False) -> list[Freed]:
+    """``clean`` for every student's finished runs (root only, unless ``dry_run``)."""
+    pairs = _all_jobs(cluster)
+    if not dry_run:
+        _need_rights(pairs, "cleaning")
+    out: list[Freed] = []
+    by_user: dict[str, list[Job]] = {}
+    for u, j in pairs:
+        by_user.setdefault(u, []).append(j)
+    states = job_states([j for _, j in pairs])
+    for u in sorted(by_user):
+        freed = _clean(by_user[u], states, dry_run=dry_run, keep_last=keep_last,
+                       whole_runs=whole_runs)
+        out += [Freed(f.path, f.bytes, f.run, u) for f in freed]
+    return out
+
+
+__all__ = ["Freed", "cancel_all", "class_cancel_all", "class_clean", "class_status", "clean",
+           "my_jobs", "my_roots", "student_roots", "user_name"]

@@ -71,8 +71,7 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         # Batched p2p posts (send prev, recv prev, send next, recv next) and the backend may
         # match messages between two peers in posting order, so activations and gradients
         # swap (seen with gloo; reported for NCCL in Megatron-LM's tracker). The unbatched
-        # path orders sends/receives by even/odd rank and stays matched, on CPU and CUDA alike;
-        # the interleaved schedule overlaps it with compute (Megatron-LM's default).
+        # path orders sends/receives by even/odd rank and stays matched, on CPU and CUDA alike.
         **p2p_mode(cfg),
         # The pipeline frees each sent activation's data (only its autograd graph is needed).
         deallocate_pipeline_outputs=True,
@@ -80,8 +79,14 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
 
 
 def p2p_mode(cfg: Any) -> dict[str, bool]:
-    """Pipeline p2p settings, the same on every device: unbatched, overlapped when interleaved."""
-    return {"batch_p2p_comm": False, "overlap_p2p_comm": cfg.vpp > 1}
+    """Pipeline p2p settings, the same on every device: unbatched and waited for.
+
+    Megatron-LM's default for interleaving, ``overlap_p2p_comm=True``, leaves a forward and a
+    backward message to the same peer in flight together; with PP=2 on gloo that gave a
+    different loss from iteration 1 (8.3192 against 8.3056 for PP=1, measured), so it stays off
+    here too: the CPU tests then prove the exact settings a GPU run uses.
+    """
+    return {"batch_p2p_comm": False, "overlap_p2p_comm": False}
 
 
 def ddp_config(cfg: Any) -> DistributedDataParallelConfig:

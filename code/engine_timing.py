@@ -83,6 +83,7 @@ class Recorder:
         self.events: list[dict[str, Any]] = []
         self.active = False
         self.live: dict[int, int] = {}  # output tensor id -> saved bytes of that microbatch
+        self.meta: dict[int, tuple[int, int | None]] = {}  # output tensor id -> (chunk, mb)
         self.order: list[int] = []  # forward order, for a backward whose output is not known
         self.peak = self.now = 0
         self._static_ptrs: set[int] = set()
@@ -125,10 +126,11 @@ class Recorder:
         end = self._mark()
         key = id(out[0][0] if isinstance(out[0], list) else out[0])
         self.live[key] = sum(saved.values())
+        self.meta[key] = (chunk, mb)  # ids are reused once a tensor dies: only live ones here
         self.order.append(key)
         self.now += self.live[key]
         self.peak = max(self.peak, self.now)
-        self.events.append({"phase": "forward", "chunk": chunk, "microbatch": mb, "key": key,
+        self.events.append({"phase": "forward", "chunk": chunk, "microbatch": mb,
                             "start": start, "end": end})
         return out
 
@@ -139,8 +141,7 @@ class Recorder:
         key = id(output_tensor[0] if isinstance(output_tensor, list) else output_tensor)
         if key not in self.live and self.order:
             key = self.order[0]
-        fwd = next((e for e in self.events if e.get("key") == key and e["phase"] == "forward"), {})
-        chunk, mb = fwd.get("chunk", 0), fwd.get("microbatch")
+        chunk, mb = self.meta.pop(key, (0, None))
         start = self._mark()
         with torch.profiler.record_function(f"labkit backward chunk {chunk} microbatch {mb}"):
             grad = orig(input_tensor, output_tensor, *args, **kwargs)
@@ -174,7 +175,7 @@ class Recorder:
         if self.on_cuda:
             torch.cuda.synchronize()
             self._base, self._base_wall = self._mark(), time.time()
-        self.events, self.live, self.order, self.peak, self.now = [], {}, [], 0, 0
+        self.events, self.live, self.meta, self.order, self.peak, self.now = [], {}, {}, [], 0, 0
         self.active = True
 
     def _end(self) -> None:

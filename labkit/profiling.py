@@ -183,6 +183,8 @@ def memory_timeline(run_dir: str | Path, *, rank: int = 0) -> pd.DataFrame:
     """
     run_dir = Path(run_dir)
     path = run_dir / "profile" / f"rank{rank}.json"
+    if not path.exists() and path.with_suffix(".json.gz").exists():
+        path = path.with_suffix(".json.gz")
     if not path.exists():
         raise LabkitError(f"no profiler trace of rank {rank} at {path}. Run with "
                           f"torch_profiler=True, torch_profiler_memory=True, "

@@ -123,6 +123,8 @@ def job_snapshot(job: Any, lines: int = 5) -> str:
     if isinstance(tail, list):
         tail = "\n".join(tail)
     name = getattr(job, "name", None) or getattr(job, "job_id", "?")
+    if callable(getattr(job, "status_line", None)):  # PENDING's reason, RUNNING's iteration
+        state = job.status_line(state)
     return f"{name} [{state}] {getattr(job, 'run_dir', '')}\n{tail}"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -109,3 +111,57 @@ def test_integer_axes_have_integer_ticks(runs):
     assert list(ax.get_xticks()) == [1, 2]
     ax = plots.plot_scaling(runs)
     assert list(ax.get_xticks()) == [1, 2, 4]
+
+
+# --- memory and pipeline pictures, from real runs (tests/fixtures/pipeline_runs) --------------
+RUNS = Path(__file__).parent / "fixtures" / "pipeline_runs"
+
+
+def test_memory_components_side_by_side_stacked():
+    from labkit.config import RunConfig
+    from labkit.measured_memory import COMPONENTS, compare_memory, load_memory
+
+    cfg = RunConfig.from_json(RUNS / "pp2" / "config.json")
+    cmp = compare_memory(cfg, load_memory(RUNS / "pp2"))
+    fig, ax = plt.subplots()
+    assert plots.plot_memory_components(cmp, ax=ax) is ax
+    bars = ax.patches
+    assert len(bars) == 2 * cfg.pp * len(COMPONENTS)  # per stage: predicted + measured stacks
+    hatched = [b for b in bars if b.get_hatch()]
+    assert len(hatched) == cfg.pp * len(COMPONENTS)  # the predicted ones
+    tops = sorted(b.get_y() + b.get_height() for b in bars)
+    assert tops[-1] == pytest.approx(cmp["total_mb"].max())
+    assert "MB" in ax.get_ylabel()
+
+
+def test_pipeline_timeline_draws_every_microbatch_and_the_idle_background():
+    from labkit.timeline import load_timeline
+
+    df = load_timeline(RUNS / "vpp")
+    fig, ax = plt.subplots()
+    assert plots.plot_pipeline_timeline(df, ax=ax) is ax
+    last = df[(df["iteration"] == df["iteration"].max())]
+    idle = [b for b in ax.patches if b.get_hatch() == ".."]
+    assert len(idle) == 2  # one grey background per stage
+    assert len(ax.patches) - len(idle) == len(last)  # one bar per forward / backward
+    labels = ax.get_legend_handles_labels()[1]
+    assert {"idle", "forward chunk 0", "forward chunk 1", "backward chunk 1"} <= set(labels)
+    with pytest.raises(LabkitError, match="no events for iteration 99"):
+        plots.plot_pipeline_timeline(df, iteration=99)
+
+
+def test_memory_timeline_and_memory_over_iterations():
+    from labkit.measured_memory import memory_iterations
+    from labkit.profiling import memory_timeline
+
+    mt = memory_timeline(RUNS / "pp2")
+    ax = plots.plot_memory_timeline(mt)
+    line = [ln for ln in ax.get_lines() if ln.get_label() == "allocated"][0]
+    assert max(line.get_ydata()) == pytest.approx(mt["allocated_mb"].max())
+    assert {"forward", "backward", "optimizer"} <= set(ax.get_legend_handles_labels()[1])
+    it = memory_iterations(RUNS / "pp2")
+    ax = plots.plot_memory(it, y="rss_mb", x="iteration")
+    assert len(ax.get_lines()) == 2 and ax.get_xlabel() == "iteration"
+    assert ax.get_ylabel() == "resident memory, RSS (MB)"
+    ax = plots.plot_memory(it, y="tensors_mb")  # bars: the peak per rank
+    assert len(ax.patches) == 2

@@ -144,6 +144,15 @@ class Job:
             return ""
         return "\n".join(lines[-n:])
 
+    def status_line(self, state: JobState | None = None) -> str:
+        """The state, with Slurm's reason and place in the queue while PENDING, or the latest
+        iteration, lm loss and time per iteration while RUNNING (``labkit.backends.queue``)."""
+        from labkit.backends.queue import describe, latest_iteration
+
+        st = state or self.state()
+        return describe(str(st), backend=self.backend, job_id=self.job_id, info=self.info,
+                        latest=latest_iteration(self.tail(40).encode()))
+
     def exit_code(self) -> int | None:
         try:
             return int((self.run_dir / "exit_code").read_text().strip())
@@ -317,7 +326,7 @@ class _Progress:
     def __init__(self, job: Job):
         from tqdm.auto import tqdm
 
-        self.job, self.offset, self.done = job, 0, 0
+        self.job, self.offset, self.done, self.latest = job, 0, 0, None
         total = None
         try:
             total = json.loads((job.run_dir / "config.json").read_text()).get("train_iters")
@@ -338,7 +347,11 @@ class _Progress:
         if its and max(its) > self.done:
             self.bar.update(max(its) - self.done)
             self.done = max(its)
-        self.bar.set_postfix_str(str(st), refresh=True)
+        from labkit.backends.queue import describe, latest_iteration
+
+        self.latest = latest_iteration(chunk[:cut]) or self.latest
+        self.bar.set_postfix_str(describe(str(st), backend=self.job.backend, job_id=self.job.job_id,
+                                          info=self.job.info, latest=self.latest), refresh=True)
 
     def close(self) -> None:
         self.bar.close()

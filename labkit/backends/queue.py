@@ -1,0 +1,81 @@
+"""What a job is waiting for and what it is doing, in one line for the job monitor.
+
+PENDING on Slurm: ``squeue``'s reason (``Resources``, ``Priority``, ``QOSMaxJobsPerUserLimit``,
+...) and the job's place among the pending jobs of its partition, highest priority first, as
+Slurm's scheduler takes them. RUNNING: the latest iteration line of the log (iteration, lm
+loss, time per iteration). No imports from the rest of ``labkit.backends``: the job module
+calls this one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any
+
+_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
+_LOSS = re.compile(rb"lm loss: ([0-9.]+E[+-]\d+|[0-9.]+|nan|inf)", re.I)
+_MS = re.compile(rb"elapsed time per iteration \(ms\): ([0-9.]+)")
+
+
+def latest_iteration(text: bytes) -> dict[str, Any] | None:
+    """``{"iteration", "train_iters", "loss", "ms"}`` of the last iteration line in ``text``."""
+    for line in reversed(text.splitlines()):
+        m = _ITERATION.search(line)
+        if m:
+            loss, ms = _LOSS.search(m.group(3)), _MS.search(m.group(3))
+            return {"iteration": int(m.group(1)), "train_iters": int(m.group(2)),
+                    "loss": float(loss.group(1)) if loss else None,
+                    "ms": float(ms.group(1)) if ms else None}
+    return None
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _squeue(args: list[str], conf: str | None) -> str | None:
+    env = dict(os.environ, **({"SLURM_CONF": conf} if conf else {}))
+    try:
+        p = subprocess.run(["squeue", "--noheader", *args], capture_output=True, text=True,
+                           env=env, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout if p.returncode == 0 else None
+
+
+def pending_reason(job_id: str, slurm_conf: str | None = None) -> str | None:
+    """``"Resources, 2nd of 3 pending in partition debug"`` for a pending Slurm job, or None
+    when squeue cannot say (the job left the queue, squeue failed)."""
+    out = _squeue(["-j", str(job_id), "-o", "%T|%r|%P"], slurm_conf)
+    if not out or not out.strip():
+        return None
+    state, reason, partition = (out.strip().splitlines()[0].split("|") + ["", ""])[:3]
+    if state.strip() != "PENDING":
+        return None
+    text = reason.strip() or "no reason given"
+    queue = _squeue(["-t", "PENDING", "-p", partition.strip(), "--sort=-p,i", "-o", "%i"],
+                    slurm_conf) if partition.strip() else None
+    ids = [i.strip() for i in (queue or "").splitlines() if i.strip()]
+    if str(job_id) in ids:
+        text += (f", {_ordinal(ids.index(str(job_id)) + 1)} of {len(ids)} pending in partition "
+                 f"{partition.strip()}")
+    return text
+
+
+def describe(state: str, *, backend: str, job_id: str, info: dict[str, Any],
+             latest: dict[str, Any] | None) -> str:
+    """The monitor's line: the state, and why it waits or how far it got."""
+    if state == "PENDING" and backend == "slurm":
+        why = pending_reason(job_id, info.get("slurm_conf"))
+        return f"PENDING ({why})" if why else "PENDING"
+    if state == "RUNNING" and latest:
+        parts = [f"iteration {latest['iteration']}/{latest['train_iters']}"]
+        if latest.get("loss") is not None:
+            parts.append(f"lm loss {latest['loss']:.3f}")
+        if latest.get("ms") is not None:
+            parts.append(f"{latest['ms']:.0f} ms/iteration")
+        return "RUNNING: " + ", ".join(parts)
+    return state

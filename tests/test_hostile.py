@@ -249,3 +249,15 @@ def test_local_script_with_hostile_fields_runs_only_what_it_should(tmp_path, hos
 def test_newlines_in_a_site_profile_are_refused(field, value):
     with pytest.raises(ConfigError, match=f"{field}.*(control character|without spaces)"):
         ClusterProfile(**{field: value})
+
+
+def test_an_endless_line_is_cut_with_a_note(tmp_path):
+    from labkit.logs.lines import MAX_LINE_BYTES, iter_file
+
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        f.write(b"first\n" + b"x" * (3 * MAX_LINE_BYTES) + b" Traceback\nlast\n")
+    lines = list(iter_file(log))
+    assert [len(x) <= MAX_LINE_BYTES + 100 for x in lines] == [True] * 3
+    assert lines[0] == b"first\n" and lines[2] == b"last\n"
+    assert b"line cut at" in lines[1] and str(3 * MAX_LINE_BYTES + 11).encode() in lines[1]

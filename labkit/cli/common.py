@@ -48,8 +48,8 @@ def positive_int(text: str) -> int:
 
 
 def show_json(doc: Any) -> None:
-    json.dump(doc, sys.stdout, indent=2, allow_nan=False, default=str)
-    sys.stdout.write("\n")
+    # One write: json.dump to a stream writes many tiny chunks (minutes on a big parse).
+    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
 
 
 def say(text: str = "") -> None:

@@ -91,10 +91,26 @@ def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
     return Line(lineno, rank, text, host)
 
 
+# A log line longer than this is cut (with a note): memory stays bounded on a line of
+# hundreds of MB without a newline.
+MAX_LINE_BYTES = 1 << 20
+CUT_NOTE = b" [labkit: line cut at %d bytes of %d]\n"
+
+
 def iter_file(path: str | Path) -> Iterator[bytes]:
-    """The raw lines of a file, streamed in binary (invalid UTF-8 never raises; decoded per line)."""
+    """The raw lines of a file, streamed in binary (invalid UTF-8 never raises; decoded per
+    line); a line over MAX_LINE_BYTES is cut there, with a note saying how long it was."""
     with open(path, "rb") as f:
-        yield from f
+        while line := f.readline(MAX_LINE_BYTES):
+            if len(line) < MAX_LINE_BYTES or line.endswith(b"\n"):
+                yield line
+                continue
+            total = len(line)
+            while rest := f.readline(MAX_LINE_BYTES):  # skip to the end of the long line
+                total += len(rest)
+                if rest.endswith(b"\n"):
+                    break
+            yield line + CUT_NOTE % (MAX_LINE_BYTES, total)
 
 
 def iter_lines(source: str | Path | Iterable[str] | Iterable[bytes]) -> Iterator[Line]:

@@ -80,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
     ap.add_argument("--run-dir", type=Path, help="run directory (flag mode; default runs/<name>)")
     ap.add_argument("--save", type=Path, help="checkpoint folder (default RUN_DIR/checkpoints)")
     ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+    # The DeepSpeed launcher (and torch.distributed.launch) pass the local rank as an argument;
+    # torchrun and DeepSpeed also set LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+    ap.add_argument("--local_rank", "--local-rank", type=int, default=None,
+                    help="this process's rank on its node (set by launchers; LOCAL_RANK wins)")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--fp16", action="store_true")
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -89,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
         else:
             ap.add_argument(flag, dest=name, type=_number, default=None)
     a = ap.parse_args(argv)
+    if a.local_rank is not None:
+        os.environ.setdefault("LOCAL_RANK", str(a.local_rank))
     flags = {n: getattr(a, n) for n in MEGATRON_FLAGS if getattr(a, n) is not None}
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if a.config:
@@ -97,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
         cfg = RunConfig.from_json(a.config)
         run_dir = a.config.resolve().parent
     else:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", str(world))))
         run_dir = (a.run_dir or (a.save.parent if a.save else REPO_ROOT / "runs" / "flags_run"))
         precision = "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32"
         cfg = RunConfig(name=run_dir.resolve().name, nodes=max(1, world // local),

@@ -129,7 +129,8 @@ class RunConfig:
     """Folder under the run root (``runs/<name>/``) and the Slurm job name; letters, digits,
     ``.``, ``_``, ``-``. No Megatron-LM flag."""
     backend: str = "local"
-    """Where the job runs: ``local`` (processes on this machine, the default) or ``slurm``."""
+    """Where the job runs: ``local`` (processes on this machine, the default), ``slurm``, or
+    ``hostfile`` (the site's hosts over ssh, with pdsh or the DeepSpeed launcher)."""
     device: str = "cpu"
     """``cpu`` (gloo) or ``cuda`` (NCCL)."""
     gpu_memory_gb: float = 80.0

@@ -1,9 +1,10 @@
 """Job scripts from a JobSpec: pure, deterministic text that students can ``cat``.
 
 ``render_sbatch`` (Slurm), ``render_local`` (the local backend's launch script) and
-``render_hostfile`` (DeepSpeed style) take values and return text: same input, byte-identical
-output, nothing read from the environment. The script functions take what the backends take
-(``labkit.backends.spec``): a JobSpec (or a RunConfig, whose JobSpec is used), the cluster
+``render_hostfile`` (DeepSpeed style), and for the hostfile backend ``render_site_hostfile`` and
+``render_hostfile_launch`` (pdsh or the DeepSpeed launcher) take values and return text: same
+input, byte-identical output, nothing read from the environment. The script functions take what
+the backends take (``labkit.backends.spec``): a JobSpec (or a RunConfig, whose JobSpec is used), the cluster
 profile, the run directory, and the program with its arguments. The scripts' shape lives in
 ``code/templates/``; this module only fills in the blanks. Every value that reaches the shell
 goes through ``shlex.quote`` (paths may hold spaces, quotes, ``$(...)`` or ``;``), and the
@@ -21,6 +22,7 @@ from pathlib import Path
 from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
+from labkit.hosts import Host, cluster_hosts
 from labkit.paths import CODE_DIR, default_torchrun
 from labkit.site import ClusterProfile
 
@@ -193,3 +195,74 @@ def render_hostfile(hosts: list[str], slots: int) -> str:
     if slots <= 0 or not hosts:
         raise ValueError(f"a hostfile needs at least one host and slots > 0 (got {hosts}, {slots})")
     return "".join(f"{h} slots={slots}\n" for h in hosts)
+
+
+# --- the hostfile backend: pdsh or the DeepSpeed launcher ----------------------------------------
+def render_site_hostfile(hosts: Sequence[Host]) -> str:
+    """A DeepSpeed hostfile of real hosts: ``name slots=N`` per host (slot counts may differ)."""
+    if not hosts:
+        raise ConfigError("a hostfile needs at least one host")
+    lines = ["# DeepSpeed hostfile rendered by labkit: one `host slots=N` line per host; "
+             "the first is the head"]
+    lines += [f"{h.name} slots={h.slots}" + (f"  # {h.address}" if h.address != h.name else "")
+              for h in hosts]
+    return "\n".join(lines) + "\n"
+
+
+def job_hosts(spec: JobSpec | RunConfig, cluster: ClusterProfile) -> list[Host]:
+    """The hosts a job runs on: the profile's first ``nodes`` hosts, each with ``gpus_per_node``
+    slots or more. ConfigError naming the hosts, slots and the fix when the job does not fit."""
+    spec = as_spec(spec)
+    hosts = cluster_hosts(cluster)
+    if not hosts:
+        raise ConfigError(f"cluster profile {cluster.name!r} lists no hosts: the hostfile backend "
+                          f"needs `hosts: [{{name, address, slots}}, ...]` or `hostfile: PATH` "
+                          f"(on this machine: `labkit cluster status --json` names the "
+                          f"mini-cluster's hostfile profile)")
+    listed = ", ".join(f"{h.name} slots={h.slots}" for h in hosts)
+    want = (f"world size {spec.world_size} (nodes {spec.nodes} x gpus_per_node "
+            f"{spec.gpus_per_node})")
+    if spec.nodes > len(hosts):
+        raise ConfigError(f"{want} needs {spec.nodes} hosts, but the hostfile of {cluster.name!r} "
+                          f"has {len(hosts)} ({listed}); use nodes <= {len(hosts)} or add hosts")
+    used = hosts[:spec.nodes]
+    short = [h for h in used if h.slots < spec.gpus_per_node]
+    if short:
+        fit = min(h.slots for h in used)
+        raise ConfigError(f"{want} does not fit the hostfile of {cluster.name!r}: "
+                          + ", ".join(f"{h.name} has slots={h.slots} < {spec.gpus_per_node}"
+                                      for h in short)
+                          + f" (hosts: {listed}); use gpus_per_node <= {fit}, or give those "
+                            f"hosts more slots")
+    return used
+
+
+def render_hostfile_launch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path, *,
+                           program: str | Path | None = None,
+                           program_args: Sequence[str] | None = None) -> str:
+    """The hostfile backend's ``job.sh`` for the profile's ``launcher``: ``pdsh`` (pdsh -R ssh
+    runs one torchrun agent per host) or ``deepspeed`` (the DeepSpeed launcher with the
+    rendered ``hostfile`` beside it). Arguments as in ``render_sbatch``."""
+    spec, run_dir = as_spec(spec), Path(run_dir)
+    hosts = job_hosts(spec, cluster)
+    title, summary = _header(spec, f"{cluster.launcher} launch script")
+    setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)
+    env_lines = _env_lines(spec, dict(cluster.env))
+    values = {
+        "title": title, "summary": summary + f" | hosts {','.join(h.name for h in hosts)}",
+        "cluster": repr(cluster.name), "run_dir": _q(run_dir),
+        "program": _q(program or default_program(cluster)),
+        "program_args": program_words(program_args),
+        "setup": "\n".join(setup) if setup else "# (no modules or setup lines in the profile)",
+        "env": "\n".join(env_lines) if env_lines else "# (no environment in the profile)",
+        "hosts": _q(",".join(h.name for h in hosts)), "master_addr": _q(hosts[0].address),
+        "nodes": str(spec.nodes), "nproc": str(spec.gpus_per_node),
+    }
+    if cluster.launcher == "deepspeed":
+        tr = cluster.torchrun
+        values["deepspeed"] = _q(str(Path(tr).with_name("deepspeed")) if "/" in tr else "deepspeed")
+        names = sorted({line.split("=", 1)[0][len("export "):] for line in env_lines})
+        values["env_names"] = " ".join(["LABKIT_LOG_CAPTURED", *names])
+        return fill(_template("deepspeed.sh.tmpl"), values)
+    values["torchrun"] = _q(cluster.torchrun)
+    return fill(_template("pdsh.sh.tmpl"), values)

@@ -73,21 +73,22 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
     else:
         raise ConfigError(f"submit() takes a RunConfig or a JobSpec, not "
                           f"{type(cfg).__name__} ({cfg!r:.60}); e.g. RunConfig.from_json(path)")
-    if backend not in ("local", "slurm"):
-        raise ConfigError(f"backend={backend!r} is not one of ['local', 'slurm']")
+    if backend not in ("local", "slurm", "hostfile"):
+        raise ConfigError(f"backend={backend!r} is not one of ['local', 'slurm', 'hostfile']")
     if isinstance(program_args, (str, bytes)):
         raise ConfigError(f"program_args={program_args!r} must be a list of arguments, e.g. "
                           f"['--iters', '10'], not one string")
     mod = backend_module(backend)
     if program is not None:
         program = Path(program).resolve()  # the job runs in the run directory
-    if backend == "slurm" or cluster is not None:
+    if backend != "local" or cluster is not None:
         site = resolve_cluster(cluster)
     else:
         site = ClusterProfile()
     root = None
-    if backend == "slurm":
-        mod.preflight(site)
+    if backend != "local":  # slurm, hostfile: the site's shared run root
+        if backend == "slurm":
+            mod.preflight(site)
         root = site.run_root_path()  # {user} filled in: one root per user on a shared site
     target = _run_dir(spec.name, root)
     if overwrite or resume:  # a live job's directory is never moved aside nor reused

@@ -51,7 +51,7 @@ _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
 
 def backend_module(name: str) -> Any:
-    if name not in ("local", "slurm"):
+    if name not in ("local", "slurm", "hostfile"):
         raise LabkitError(f"unknown backend {name!r}; use 'local', 'slurm' or 'hostfile'")
     return importlib.import_module(f"labkit.backends.{name}")
 

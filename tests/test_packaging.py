@@ -24,7 +24,8 @@ def _pins(lines):
 
 def test_environment_yml_matches_pyproject():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    pip_pins = _pins(pyproject["dependencies"] + pyproject["optional-dependencies"]["dev"])
+    extras = pyproject["optional-dependencies"]
+    pip_pins = _pins(pyproject["dependencies"] + extras["dev"] + extras["deepspeed"])
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda_pins = _pins(pip_section)

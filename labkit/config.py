@@ -82,8 +82,9 @@ class RunConfig:
     """Separate input embedding and output layer weights
     (``--untie-embeddings-and-output-weights``); default: one shared matrix."""
     attention_backend: str = "unfused"
-    """``unfused`` (plain PyTorch, runs on CPU) or ``flash`` (FlashAttention, CUDA only)
-    (``--attention-backend``)."""
+    """``unfused`` (megatron-core's own: the s x s scores kept in memory) or ``flash``
+    (torch SDPA's flash / memory-efficient kernels, CPU and CUDA; Transformer Engine's fused
+    attention on CUDA when installed) (``--attention-backend``)."""
     seq_length: int = 128
     """Tokens per sequence (``--seq-length``)."""
     max_position_embeddings: int = 128
@@ -361,3 +362,13 @@ def _reject_unknown(data: dict[str, Any]) -> None:
             + (" ".join(hints) + " " if hints else "")
             + f"Valid fields are: {', '.join(FIELD_NAMES)}"
         )
+
+
+def require_config(obj: Any, where: str) -> RunConfig:
+    """``obj`` if it is a RunConfig, else a ConfigError that says how to make one."""
+    if isinstance(obj, RunConfig):
+        return obj
+    how = {dict: "RunConfig.from_dict(d)", str: "RunConfig.from_json(PATH)",
+           Path: "RunConfig.from_json(PATH)"}.get(type(obj), "RunConfig.from_preset('tiny', ...)")
+    raise ConfigError(f"{where} needs a RunConfig, got {type(obj).__name__} {repr(obj)[:60]}; "
+                      f"make one with {how}")

@@ -333,6 +333,10 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
     ones are null). Raises LabkitError if a path is not a file. Text already in memory goes to
     :func:`parse_lines`.
     """
+    if isinstance(path, (bytes, bytearray)) or not isinstance(path, (str, Path, list, tuple)):
+        raise LabkitError(f"parse_log takes the path of a log file or a list of paths, got "
+                          f"{type(path).__name__}. For text in memory use "
+                          f"parse_lines(text.splitlines()).")
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     odd = [repr(p)[:80] for p in paths if not isinstance(p, (str, Path))]
     if odd or not paths:

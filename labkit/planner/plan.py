@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.config import RunConfig
+from labkit.config import RunConfig, require_config
 from labkit.errors import ConfigError
 from labkit.planner.flops import (
     HARDWARE,
@@ -95,6 +95,7 @@ class Plan:
 
 def plan(cfg: RunConfig) -> Plan:
     """Memory per stage, FLOPs, bubble and fits of a (validated) RunConfig."""
+    cfg = require_config(cfg, "plan()")
     first = stage_memory(cfg, 0)
     last = stage_memory(cfg, cfg.pp - 1)
     need = required_gb(cfg, first, last)
@@ -159,6 +160,10 @@ def plan_layouts(*, nodes: int, gpus_per_node: int, model: str | RunConfig = "ti
         then valid ones that do not fit, then invalid ones with ``reasons`` (RunConfig's rules,
         e.g. "num_layers 12 is not divisible by PP 5").
     """
+    for key, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
+                       ("micro_batch_size", micro_batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"plan_layouts: {key}={value!r} must be a positive integer")
     base = (model.to_dict() if isinstance(model, RunConfig)
             else RunConfig.from_preset(model).to_dict())
     base.update(nodes=nodes, gpus_per_node=gpus_per_node, micro_batch_size=micro_batch_size,

@@ -126,7 +126,9 @@ def _squeue(conf: str | None) -> dict[str, tuple[str, str]] | None:
     p = run_cmd(["squeue", "--noheader", "-u", getpass.getuser(), "-t", "all", "-o", "%i|%T|%j"],
                 slurm_conf=conf)
     if p.returncode:
-        warn_once(f"squeue failed (exit {p.returncode}: {_why(p)}); job states may be stale")
+        first = _why(p).splitlines()[0]
+        warn_once(f"Slurm does not answer (squeue exit {p.returncode}: {first}); showing what "
+                  f"the runs' own exit_code files say, UNKNOWN where there is none")
         out = None
     else:
         out = {}
@@ -171,7 +173,7 @@ def states(jobs: list[Job]) -> dict[str, JobState]:
         conf = j.info.get("slurm_conf")
         live = _squeue(conf)
         rec = live.get(j.job_id) if live is not None else None
-        if rec is None:
+        if rec is None and live is not None:  # squeue failing means scontrol would wait too
             rec = _scontrol(conf, j.job_id)
         if rec is not None and rec[1] == j.name:
             out[j.job_id] = _map(rec[0])
@@ -180,7 +182,7 @@ def states(jobs: list[Job]) -> dict[str, JobState]:
         if code is not None:  # Slurm forgot the job; its own script recorded how it ended
             out[j.job_id] = JobState.COMPLETED if code == 0 else JobState.FAILED
             continue
-        acct = _sacct(conf, j.job_id)
+        acct = _sacct(conf, j.job_id) if live is not None else None
         out[j.job_id] = _map(acct) if acct else JobState.UNKNOWN
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -281,6 +282,25 @@ def _set_aside(out: Path) -> None:
         log.info("regress: moved the earlier %s aside to %s", out, aside)
 
 
+def preflight(profile: str, backend: str | None) -> None:
+    """Refuse at once what cannot run on this machine, before the first notebook starts."""
+    problems = []
+    if profile not in ("cpu", "gpu"):
+        problems.append(f"profile {profile!r} is not one of ['cpu', 'gpu']")
+    if backend == "slurm" and shutil.which("sbatch") is None:
+        problems.append("backend slurm: there is no sbatch on PATH here (run on the cluster's "
+                        "login node, or start the mini-cluster with `labkit cluster up` as root)")
+    if profile == "gpu" and (backend or "local") == "local":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("profile gpu on the local backend trains on this machine's GPUs, "
+                            "and torch sees none; use --backend slurm on a GPU cluster, or "
+                            "--profile cpu")
+    if problems:
+        raise RegressError("labkit regress cannot run here: " + "; ".join(problems))
+
+
 def regress(notebooks: list[str] | None = None, *, profile: str = "cpu",
             backend: str | None = None, cluster: str | None = None,
             baseline: str | Path | None = None, out: str | Path | None = None,
@@ -291,6 +311,7 @@ def regress(notebooks: list[str] | None = None, *, profile: str = "cpu",
     parameter; with ``backend`` it says where the run was measured, which decides whether a
     ``"judge_ratios": true`` baseline's ratios are judged.
     """
+    preflight(profile, backend)
     out = (Path(out) if out else REPO_ROOT / "runs" / "regress").resolve()
     _set_aside(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -263,3 +263,15 @@ def test_write_baseline_keeps_the_old_one_and_records_the_spread(tmp_path):
 
 def test_machine_load_is_a_factor_of_at_least_one():
     assert rg.machine_load(loops=10_000) >= 1.0
+
+
+def test_regress_refuses_at_once_what_cannot_run_here(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(rg.shutil, "which", lambda name: None)
+    with pytest.raises(rg.RegressError, match="no sbatch on PATH"):
+        rg.regress(profile="gpu", backend="slurm", out=tmp_path / "o")
+    with pytest.raises(rg.RegressError, match="torch sees none"):
+        rg.regress(profile="gpu", backend="local", out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()  # nothing started, nothing written

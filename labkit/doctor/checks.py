@@ -7,6 +7,7 @@ two local processes on a plain machine.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING
+
+from labkit.doctor import hostchecks
 
 if TYPE_CHECKING:
     from labkit.doctor.preflight import Context
@@ -180,44 +183,45 @@ def check_ulimit(ctx: Context) -> Result:
     return Result(name, PASS, detail)
 
 
+def _hostfile_hosts(ctx: Context, name: str) -> tuple[list | None, Result | None]:
+    """The hosts of ``--hostfile`` or of the profile's ``hosts``; else a SKIP/FAIL Result."""
+    hosts, where = hostchecks.hosts_of(ctx.hostfile, ctx.profile)
+    if hosts:
+        return hosts, None
+    if not where:
+        return None, Result(name, SKIP, "skipped: no hostfile and no hosts in the profile (only "
+                            "the pdsh and DeepSpeed launchers need passwordless ssh)")
+    return None, Result(name, FAIL, where if "no hosts" in where or "cannot read" in where
+                        else f"{where} (no hosts)", "one line per host: `node1 slots=8`; pass an "
+                        "existing file: labkit doctor --hostfile FILE")
+
+
 def check_hostfile(ctx: Context) -> Result:
     name = "ssh / pdsh to hostfile hosts"
-    if ctx.hostfile is None:
-        return Result(name, SKIP, "skipped: no hostfile (only the DeepSpeed-style pdsh "
-                      "launcher needs passwordless ssh)")
-    try:
-        hosts = [ln.split()[0] for ln in ctx.hostfile.read_text().splitlines()
-                 if ln.strip() and not ln.lstrip().startswith("#")]
-    except OSError as e:
-        return Result(name, FAIL, f"cannot read hostfile {ctx.hostfile}: {e.strerror}",
-                      "pass an existing file: labkit doctor --hostfile FILE")
-    if not hosts:
-        return Result(name, FAIL, f"hostfile {ctx.hostfile} lists no hosts",
-                      "one line per node: `node1 slots=8`")
-    bad = []
-    for h in hosts:
-        # BatchMode: fail instead of asking for a password or a host key (as pdsh would hang).
-        r = _run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", h, "true"], ctx,
-                 timeout=20)
-        if r is None or r.returncode != 0:
-            why = ((r.stderr.strip().splitlines() or ["?"])[-1] if r else "timed out")
-            bad.append(f"{h}: {why}")
-    pdsh = shutil.which("pdsh")
-    fix = ("ssh-keygen -t ed25519 (empty passphrase), then ssh-copy-id to every host, and "
-           "accept each host key once")
-    if bad:
-        return Result(name, FAIL, f"passwordless ssh fails for {len(bad)}/{len(hosts)} host(s): "
-                      + "; ".join(bad), fix)
-    if not pdsh:
-        return Result(name, WARN, f"ssh works to all {len(hosts)} host(s), but pdsh is not "
-                      "installed (DeepSpeed's default multi-node launcher)",
-                      "apt-get install pdsh, or launch with --launcher openmpi / slurm")
-    r = _run([pdsh, "-R", "ssh", "-w", ",".join(hosts), "true"], ctx, timeout=30)
-    if r is None or r.returncode != 0:
-        return Result(name, FAIL, f"pdsh -R ssh to {len(hosts)} host(s) failed: "
-                      f"{(r.stderr.strip() if r else 'timed out')[-300:]}",
-                      "export PDSH_RCMD_TYPE=ssh; check that pdsh is installed on every host")
-    return Result(name, PASS, f"ssh and pdsh reach all {len(hosts)} host(s)")
+    hosts, skip = _hostfile_hosts(ctx, name)
+    return skip or Result(name, *hostchecks.ssh_mesh(hosts))
+
+
+def check_hostfile_port(ctx: Context) -> Result:
+    name = "rendezvous port between hosts"
+    hosts, skip = _hostfile_hosts(ctx, name)
+    if skip:
+        return skip
+    port = os.environ.get("MASTER_PORT", "")
+    return Result(name, *hostchecks.port_reachable(
+        hosts, int(port) if port.isdigit() else hostchecks.DEFAULT_PORT))
+
+
+def check_hostfile_interface(ctx: Context) -> Result:
+    name = "network interface on the hosts"
+    hosts, skip = _hostfile_hosts(ctx, name)
+    if skip:
+        return skip
+    gpu = ctx.profile is not None and ctx.profile.gpu_request != "none"
+    var = "NCCL_SOCKET_IFNAME" if gpu else "GLOO_SOCKET_IFNAME"
+    env = dict(ctx.profile.env) if ctx.profile is not None else {}
+    return Result(name, *hostchecks.interface_on_hosts(hosts, var, env.get(var) or
+                                                       os.environ.get(var)))
 
 
 CheckFn = Callable[["Context"], Result]
@@ -372,5 +376,7 @@ CHECKS: list[tuple[str, CheckFn]] = [
     ("ulimit", check_ulimit),
     ("interface", check_interface),
     ("hostfile", check_hostfile),
+    ("hostfile_port", check_hostfile_port),
+    ("hostfile_interface", check_hostfile_interface),
     ("allreduce", check_allreduce),
 ]

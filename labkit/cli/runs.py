@@ -46,8 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="replace an existing config.json of that name")
     p.set_defaults(func=cmd_new)
 
-    p = sub.add_parser("check", help="validate a run config or a site profile (exit 0 valid, "
-                                     "2 invalid)",
+    p = sub.add_parser("check", help="validate a run config or a site profile (2: invalid)",
                        description="Validate a run config: its summary when valid (exit 0), "
                                    "every broken rule with its numbers and a fix when not (exit 2). "
                                    "With --cluster SITE.yaml, the site profile is checked too.")

@@ -131,11 +131,26 @@ from labkit.record import record_run
 record_run("dp_1node", run.iterations, run.memory)
 
 # %% [markdown]
+# The median iteration time of this run is also how fast one rank computes on this machine or
+# cluster. Stored with the run, it calibrates the planner's time estimate (`labkit plan`,
+# notebook 06) instead of typical figures of some other machine.
+
+# %%
+from labkit.lab import steady_median
+from labkit.planner.calibration import save_compute_calibration
+
+t_iter = steady_median(run.iterations)
+save_compute_calibration(job.run_dir, cfg, t_iter)
+print(f"median {t_iter:.1f} ms per iteration, stored in {job.run_dir.name}/calibration.json")
+
+# %% [markdown]
 # ## Summary
 #
 # - A `RunConfig` is the one description of a run; `summary()` prints what it implies.
 # - Read the rendered script before submitting; `launch` submits and waits.
 # - The log's world-size line confirms the layout; `parse_run` gives iterations and memory as
 #   DataFrames, ready to plot.
+# - Your run's median iteration time is stored with it and calibrates the planner's time
+#   estimate for this machine.
 #
 # Next: **02**, the same training on two nodes.

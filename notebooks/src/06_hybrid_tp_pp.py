@@ -92,6 +92,75 @@ run = parse_run(job.run_dir)
 run.memory.groupby("rank")[["max_allocated_mb"]].max()
 
 # %% [markdown]
+# That is the whole process (RSS on CPU). The engine also counts its own tensors per rank
+# (`memory/rank_N.json`: weights, gradients, optimizer state, other buffers, and the peak of
+# what autograd saved for backward), which is what the planner predicts, stage by stage:
+
+# %%
+import matplotlib.pyplot as plt
+
+from labkit.measured_memory import compare_memory, load_memory
+from labkit.plots import plot_memory_components
+
+measured = load_memory(job.run_dir)
+mem_cmp = compare_memory(cfg, measured)
+plot_memory_components(mem_cmp)
+plt.show()
+for stage, g in mem_cmp.groupby("pp_rank"):
+    pred, meas = (g[g["source"] == s].iloc[0] for s in ("predicted", "measured"))
+    rss = measured[measured["pp_rank"] == stage]["rss_mb"].median()
+    print(f"stage {stage}: tensors measured {meas['total_mb']:.2f} MB vs predicted "
+          f"{pred['total_mb']:.2f} MB ({meas['total_mb'] / pred['total_mb'] - 1:+.1%}), "
+          f"activations {meas['activations_mb']:.2f} vs {pred['activations_mb']:.2f} MB; "
+          f"RSS {rss:.0f} MB")
+
+# %% [markdown]
+# ### The pipeline, drawn
+#
+# Every rank also timed the forward and the backward pass of each microbatch
+# (`timeline/rank_N.jsonl`). Per stage, the grey between the bars is time the stage waited for
+# its neighbour: the bubble of exercise 3.1, plus any imbalance between the stages. A second
+# run splits each stage into 2 virtual chunks (interleaved 1F1B,
+# `num_layers_per_virtual_pipeline_stage`): more, shorter slots, so the formula's bubble
+# (p-1)/(v*m) halves.
+
+# %%
+from labkit.plots import plot_pipeline_timeline
+from labkit.timeline import bubble_line, load_timeline, measured_bubble
+
+vcfg = cfg.replace(name=f"{run_prefix}_tp{tp}_pp{pp}_vpp2",
+                   num_layers_per_virtual_pipeline_stage=cfg.num_layers // (2 * pp))
+vjob = launch(vcfg, cluster=cluster)
+assert vjob.state() == "COMPLETED", vjob.tail(30)
+fig, axes = plt.subplots(2, 1, figsize=(11, 2.2 + 1.4 * pp * 2))
+bubbles = {}
+for ax, (title, j) in zip(axes, [("1F1B", job), ("interleaved, 2 chunks per stage", vjob)]):
+    timeline = load_timeline(j.run_dir)
+    plot_pipeline_timeline(timeline, ax=ax)
+    ax.set_title(f"{title}: {ax.get_title()}")
+    bubbles[title] = measured_bubble(timeline)
+    print(f"{title}: {bubble_line(timeline)}")
+fig.tight_layout()
+plt.show()
+
+# %%
+b1, b2 = bubbles.values()
+print(f"Interleaving took the measured bubble from {b1['bubble']:.2f} to {b2['bubble']:.2f} "
+      f"(the formula: {b1['predicted']:.2f} -> {b2['predicted']:.2f}).")
+for name, b in bubbles.items():
+    gap = b["bubble"] - b["predicted"]
+    print(f"{name}: measured {'above' if gap > 0 else 'below'} the formula by {abs(gap):.2f}")
+
+# %% [markdown]
+# The formula assumes equal stages and free communication. Read your timeline for what it
+# leaves out: the last stage also runs the output layer and the loss (its bars are longer, so
+# the first stage waits for it: imbalance), every arrow between stages is a send/receive that
+# takes time, and interleaving doubles those transfers. On the cpu profile the ranks share
+# this machine's cores, so a stage may also wait for a core: bars stretch and gaps appear that
+# no schedule explains. On GPUs with a larger model the bars even out and the measured bubble
+# comes closer to (p-1)/(v*m).
+
+# %% [markdown]
 # ## 4 A sweep of layouts
 #
 # The planner lists every layout of the cluster, fitting ones first, with reasons for the

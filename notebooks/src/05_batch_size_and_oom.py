@@ -129,6 +129,70 @@ for f in failures[:3]:
 assert str(oom_job.state()) in ("FAILED", "OUT_OF_MEMORY"), oom_job.state()
 assert failures and failures[0].kind in ("host_oom", "gpu_oom"), failures
 
+# %% [markdown]
+# ## 4 Memory you can look at
+#
+# The memory lines of the log are the process's resident memory (RSS on CPU): the interpreter
+# and libraries are in it. The engine also counts its own tensors on every rank
+# (`runs/<name>/memory/rank_N.json`): weights, gradients, optimizer state and other buffers
+# from the model and optimizer objects, and the peak of what autograd saved for backward (the
+# activations). That is what the planner predicts. Left: tensors per iteration; right: RSS.
+
+# %%
+from labkit.measured_memory import compare_memory, load_memory, memory_iterations
+from labkit.plots import plot_memory, plot_memory_components
+
+big_job = jobs[-1]  # the largest micro batch of the sweep
+big_cfg = RunConfig.from_json(big_job.run_dir / "config.json")
+its = memory_iterations(big_job.run_dir)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+plot_memory(its, y="tensors_mb", x="iteration", ax=axes[0])
+plot_memory(its, y="rss_mb", x="iteration", ax=axes[1])
+fig.suptitle(f"{big_job.name}: tensor memory vs resident memory per rank")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Predicted (hatched) and measured, component by component, for that run:
+
+# %%
+mem_cmp = compare_memory(big_cfg, load_memory(big_job.run_dir))
+plot_memory_components(mem_cmp)
+plt.show()
+pred, meas = (mem_cmp[mem_cmp["source"] == s].iloc[0] for s in ("predicted", "measured"))
+for c in ("weights", "gradients", "optimizer", "activations"):
+    print(f"{c:12s} predicted {pred[c + '_mb']:8.3f} MB, measured {meas[c + '_mb']:8.3f} MB "
+          f"({meas[c + '_mb'] / pred[c + '_mb'] - 1:+.1%})")
+rss = float(its["rss_mb"].max())
+print(f"tensors {meas['total_mb']:.1f} MB of a process of {rss:.0f} MB RSS: "
+      f"{meas['total_mb'] / rss:.1%}")
+
+# %% [markdown]
+# ## 5 One step's memory, from the profiler
+#
+# `torch_profiler_memory=True` makes the PyTorch profiler record the first two iterations with
+# every allocation and free. Before the first optimizer step only the weights and gradients
+# exist; Adam's two moments appear in that step and stay. In each step the activations pile
+# up during the forward passes and drain in the backward passes.
+
+# %%
+from labkit.plots import plot_memory_timeline
+from labkit.profiling import memory_timeline
+
+mem_run = big_cfg.replace(name=f"{run_prefix}_memory_timeline", train_iters=3,
+                          torch_profiler=True, torch_profiler_memory=True)
+mem_job = launch(mem_run, cluster=cluster)
+assert mem_job.state() == "COMPLETED", mem_job.tail(30)
+mt = memory_timeline(mem_job.run_dir, rank=0)
+plot_memory_timeline(mt)
+plt.show()
+first, second = mt[mt["step"] == 1], mt[mt["step"] == 2]
+print(f"step 1 starts at {first['allocated_mb'].iloc[0]:.2f} MB (weights + gradients "
+      f"{mt['baseline_mb'].iloc[0]:.2f} MB); step 2 never drops below "
+      f"{second['allocated_mb'].min():.2f} MB: the optimizer state stayed. Peak in step 2: "
+      f"{second['allocated_mb'].max():.2f} MB, during "
+      f"{second.loc[second['allocated_mb'].idxmax(), 'phase'] or 'the step'}.")
+
 # %%
 from labkit.record import record
 

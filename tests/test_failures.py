@@ -153,6 +153,17 @@ def test_a_job_the_scheduler_ended_is_diagnosed_by_the_state_before_its_signal_e
     assert diagnose(log)[0].kind == "python_exception"
 
 
+def test_the_engines_own_sigterm_exit_is_a_consequence_of_the_cancel():
+    # lines of a real cancelled run of code/pretrain_gpt.py (its SIGTERM handler exits 128 + 15)
+    lines = ["Traceback (most recent call last):",
+             '  File "/work/main/code/pretrain_gpt.py", line 299, in _on_sigterm',
+             "    raise SystemExit(128 + signum)",
+             "SystemExit: 143"]
+    assert diagnose(lines)[0].kind == "python_exception"
+    assert [f.kind for f in diagnose(lines, job_state="CANCELLED")] == ["cancelled",
+                                                                        "python_exception"]
+
+
 def test_a_real_exception_stays_ahead_of_a_later_cancel():
     lines = ["[default0]:Traceback (most recent call last):",
              '[default0]:  File "train.py", line 3, in <module>',

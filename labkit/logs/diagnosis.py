@@ -23,8 +23,9 @@ _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL"
 _TAIL_BYTES = 4 << 20  # detect_hang reads at most the last 4 MiB
 # What a launcher or a rank says when the scheduler's SIGTERM/SIGINT reaches it: the effect of a
 # cancel, a time limit or a preemption, not its cause (torchrun: "SignalException: Process N got
-# signal: 15").
-_TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt")
+# signal: 15"; our engine's SIGTERM handler: "SystemExit: 143", 128 + the signal).
+_TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt"
+                         r"|SystemExit: 1(?:43|30)\b")
 _ENDED_BY_SCHEDULER = ("cancelled", "time_limit", "preempted")
 
 

@@ -30,7 +30,7 @@ test: setup data
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slurm and not engine and not notebooks" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slurm and not engine and not notebooks and not browser" $(PYTEST_ARGS)
 
 # JupyterLab refuses to run as root unless told; root is what containers, cloud VMs and CI give.
 jupyter: setup data

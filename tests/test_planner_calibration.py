@@ -4,6 +4,8 @@ what `labkit plan` says, and that an estimate without measurements says it is un
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +110,45 @@ def test_plan_layouts_takes_the_calibrated_figures(run_root):
     fitting = [lp for lp in layouts if lp.fits]
     # 50 ms per collective: the layout with no TP and no PP (one all-reduce) is fastest
     assert (fitting[0].tp, fitting[0].pp) == (1, 1)
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "calibration" / "cpu_local_2core"
+
+
+def _recorded_root(tmp_path) -> Path:
+    """The run root as the series left it: each calibration.json in its run's folder."""
+    for run in ("nb01_dp", "nb03_busbw"):
+        (tmp_path / run).mkdir()
+        shutil.copy(RECORDED / run / CALIBRATION_FILE, tmp_path / run / CALIBRATION_FILE)
+    return tmp_path
+
+
+def test_the_stored_compute_time_is_the_runs_own_median():
+    from labkit.lab import steady_median
+    from labkit.logs import parse_log
+
+    stored = json.loads((RECORDED / "nb01_dp" / CALIBRATION_FILE).read_text())["compute"]
+    measured = steady_median(parse_log(RECORDED / "nb01_dp" / "log.txt").iterations)
+    assert stored["iteration_s"] * 1e3 == pytest.approx(measured)
+    assert stored["config"] == RunConfig.from_json(RECORDED / "nb01_dp" / "config.json").to_dict()
+
+
+def test_on_recorded_measurements_the_planner_orders_layouts_as_they_measured(tmp_path):
+    from labkit.lab import steady_median
+    from labkit.logs import parse_log
+
+    root = _recorded_root(tmp_path)
+    runs = sorted(RECORDED.glob("nb06_*"))
+    configs = {d.name: RunConfig.from_json(d / "config.json") for d in runs}
+    measured = {d.name: steady_median(parse_log(d / "log.txt").iterations) for d in runs}
+    hw = calibrated_hardware(next(iter(configs.values())), root=root)
+    assert hw.calibrated_from == ("compute: nb01_dp", "links: nb03_busbw")
+    estimated = {n: estimate_iteration_time(c, hw)["iteration_s"] for n, c in configs.items()}
+    by_measured = sorted(measured, key=measured.get)
+    assert by_measured == sorted(estimated, key=estimated.get), (measured, estimated)
+    # the sweep `labkit plan` and notebook 06 print ranks them the same way
+    base = configs["nb06_tp2_pp2"]
+    layouts = plan_layouts(nodes=base.nodes, gpus_per_node=base.gpus_per_node, model=base,
+                           micro_batch_size=base.micro_batch_size, hardware=hw, interleaved=False)
+    swept = [f"nb06_tp{lp.tp}_pp{lp.pp}" for lp in layouts if f"nb06_tp{lp.tp}_pp{lp.pp}" in measured]
+    assert swept == by_measured

@@ -7,7 +7,9 @@ needs, and each measurement is stored with its run as ``<run dir>/calibration.js
 
 * ``save_compute_calibration(run_dir, cfg, iteration_ms)``: a training run's median iteration
   time (notebook 01). One rank's compute speed is its hardware FLOPs over the time left when
-  the estimated communication of that very run is taken off.
+  the estimated communication of that very run is taken off; on CPU processes it is the time
+  per layer and microbatch instead (per-operator overhead, not FLOPs, dominates there: a TP
+  rank runs as many operators as a whole model, each half as large).
 * ``save_link_calibration(run_dir, busbw, ...)``: the all-reduce benchmark's rows (notebook 03):
   per scope (``intra`` a node, ``inter`` across nodes) the best bus bandwidth and the fixed
   latency of a small message.
@@ -35,6 +37,7 @@ from labkit.planner.flops import (
     Hardware,
     bubble_fraction,
     estimate_iteration_time,
+    flops_per_iteration,
     hardware_flops_per_iteration,
     ranks_per_host,
 )
@@ -170,6 +173,10 @@ def hardware_from(measured: Mapping[str, Mapping[str, Any]], device: str) -> Har
         fields.update(peak_tflops=hardware_flops_per_iteration(cfg) / cfg.world_size / busy / 1e12,
                       efficiency=1.0, measured_ranks_per_host=int(compute["ranks_per_host"]),
                       cores_per_host=compute.get("cores_per_host"))
+        if device == "cpu":  # per-operator overhead, not FLOPs, sets a CPU rank's time
+            recompute = hardware_flops_per_iteration(cfg) / flops_per_iteration(cfg)
+            units = cfg.num_microbatches * cfg.num_layers / cfg.pp * recompute
+            fields["layer_microbatch_s"] = busy / units
         sources.insert(0, f"compute: {compute.get('run', '?')}")
     if sources:
         fields["name"] = f"measured ({device})"

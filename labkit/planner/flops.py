@@ -141,6 +141,11 @@ class Hardware:
     cores on a machine share them, and each rank computes that much slower."""
     measured_ranks_per_host: int | None = None
     """Ranks that shared one machine while ``peak_tflops`` was measured."""
+    layer_microbatch_s: float | None = None
+    """Set (by a calibration on CPU processes): the time one rank spends on one layer for one
+    microbatch, s, and it replaces the FLOPs model. On CPU the tiny model's matmuls are so
+    small that each operator's fixed overhead dominates: splitting them over TP ranks does not
+    shorten a rank's time, fewer layers (PP) or fewer microbatches (DP) do."""
     calibrated_from: tuple[str, ...] = ()
     """The measurements behind these figures ("compute: runs/nb01_dp", ...); empty: typical
     figures, not measured here."""
@@ -189,8 +194,13 @@ def estimate_iteration_time(cfg: RunConfig, hw: Hardware | str | dict[str, Any])
         hw = HARDWARE[hw]
     elif isinstance(hw, dict):
         hw = Hardware(**{"name": "custom", **hw})
-    per_rank_flops = hardware_flops_per_iteration(cfg) / cfg.world_size
-    compute_s = per_rank_flops / (hw.peak_tflops * 1e12 * hw.efficiency) * _contention(cfg, hw)
+    if hw.layer_microbatch_s:
+        recompute = hardware_flops_per_iteration(cfg) / flops_per_iteration(cfg)
+        units = cfg.num_microbatches * cfg.num_layers / cfg.pp * recompute
+        compute_s = units * hw.layer_microbatch_s * _contention(cfg, hw)
+    else:
+        per_rank_flops = hardware_flops_per_iteration(cfg) / cfg.world_size
+        compute_s = per_rank_flops / (hw.peak_tflops * 1e12 * hw.efficiency) * _contention(cfg, hw)
     bubble_s = compute_s * bubble_fraction(cfg)
     comm = comm_volume(cfg)
     comm_s = {}

@@ -75,12 +75,13 @@ tb.head()
 # %%
 import matplotlib.pyplot as plt
 
+from labkit.plots import plot_scalars
+
 tags = [t for t in ("lm-loss", "iteration-time", "throughput") if t in set(tb["tag"])]
 fig, axes = plt.subplots(1, len(tags), figsize=(4 * len(tags), 3.2), squeeze=False)
 for ax, tag in zip(axes[0], tags):
-    d = tb[tb["tag"] == tag]
-    ax.plot(d["step"], d["value"], marker="o")
-    ax.set(title=tag, xlabel="iteration")
+    plot_scalars(tb, tag, ax=ax)
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -105,6 +106,40 @@ from labkit.plots import plot_profile_breakdown
 plot_profile_breakdown(breakdown, normalize=True)
 plt.show()
 
+# %% [markdown]
+# **Exercise 3.1**: read your breakdown above. Which phase takes the largest share of the
+# profiled time, summed over the ranks (`"compute"`, `"communication"`, `"memcpy"` or
+# `"idle"`)? And which of the remedies listed below would shrink that phase?
+
+# %%
+from labkit.exercises_reading import REMEDIES
+
+for key, (_, what) in REMEDIES.items():
+    print(f"{key!r:22} {what}")
+
+# %%
+from labkit.exercises import FIXME
+from labkit.exercises_reading import check_profile_reading
+
+phase = max(["compute", "communication", "memcpy", "idle"], key=lambda ph: breakdown[f"{ph}_ms"].sum())  # EXERCISE
+remedy = {"compute": "more_ranks", "communication": "overlap", "memcpy": "pinned_memory"}.get(phase, "more_microbatches")  # EXERCISE
+reading = check_profile_reading(phase, remedy, breakdown=breakdown)
+
+# %% [markdown]
+# What your trace says, in numbers (rank by rank, the share of each phase):
+
+# %%
+parts = ["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]
+shares = breakdown.set_index("rank")[parts].div(breakdown.set_index("rank")[parts].sum(axis=1),
+                                                axis=0)
+print(shares.rename(columns=lambda c: c.removesuffix("_ms")).round(2).to_string())
+top = shares.mean().idxmax().removesuffix("_ms")
+print(f"\n{top} dominates this run ({shares.mean().max():.0%} of the profiled time on average). "
+      f"The trace covers {cfg.nodes} node(s) x {cfg.gpus_per_node} rank(s) of a "
+      f"{'CPU (gloo)' if cfg.device == 'cpu' else 'GPU'} run: on the local backend the ranks "
+      f"share this machine's cores, so waiting for a busy core shows up as communication or "
+      f"idle time, not only the bytes moved.")
+
 # %%
 from labkit.logs import parse_run
 from labkit.record import record, record_run
@@ -120,6 +155,7 @@ record("profiled.communication_share",
 #
 # - A job monitor (or `job.wait()`) replaces `squeue` + `sleep` + `tail`.
 # - TensorBoard scalars are plain data: `read_scalars` gives a DataFrame you can plot.
-# - A profiler trace answers "compute bound or communication bound?" with numbers.
+# - A profiler trace answers "compute bound or communication bound?" with numbers: you read
+#   which phase dominated your run and picked a remedy that shortens it.
 #
 # Next: **05**, batch size, throughput and running out of memory.

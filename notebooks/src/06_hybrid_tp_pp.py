@@ -5,7 +5,9 @@
 # - how to choose TP, PP, micro and global batch for 2 nodes, and check the choice;
 # - how to run TP=2 x PP=2 and confirm the layout from the world-size line;
 # - memory per pipeline stage and the pipeline bubble, predicted and measured;
-# - how layouts compare in a sweep, and how to explore layouts with a live widget.
+# - how layouts compare in a sweep: the planner's time estimate (calibrated from your own
+#   measurements of notebooks 01 and 03) against the iteration times you measure;
+# - how to explore layouts with a live widget.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -67,23 +69,26 @@ print([ln for ln in job.tail(400).splitlines() if "using world size" in ln][0])
 # ## 3 Memory per stage and the bubble
 #
 # The first stage holds the embedding, the last the output layer and the logits; the first
-# stage also keeps the most microbatches in flight (1F1B schedule). The **bubble** is the idle
-# share of a pipeline: (PP - 1) / microbatches of the ideal compute time.
+# stage also keeps the most microbatches in flight (1F1B schedule). The **bubble** is the time
+# a stage idles because of the pipeline itself: at the start the later stages wait until the
+# first microbatch has passed the stages before them, at the end the earlier stages wait until
+# the last backward pass comes back to them.
+#
+# **Exercise 3.1**: before the planner tells you: how large is the bubble of this run, as a
+# fraction of the ideal compute time? Think in microbatch slots: how many slots does a stage
+# wait, and how many does it compute? (`pp` and `cfg.num_microbatches` hold this run's numbers.)
+
+# %%
+from labkit.exercises import check_bubble
+
+bubble = (pp - 1) / cfg.num_microbatches  # EXERCISE: a fraction of the ideal compute time
+check_bubble(bubble, pp=pp, num_microbatches=cfg.num_microbatches)
 
 # %%
 from labkit.planner import plan
 
 p = plan(cfg)
 print(p.summary())
-
-# %% [markdown]
-# **Exercise 3.1**: compute the bubble fraction of this run.
-
-# %%
-from labkit.exercises import check_bubble
-
-bubble = (pp - 1) / cfg.num_microbatches  # EXERCISE: (PP - 1) / microbatches
-check_bubble(bubble, pp=pp, num_microbatches=cfg.num_microbatches)
 
 # %%
 from labkit.logs import parse_run
@@ -164,13 +169,21 @@ for name, b in bubbles.items():
 # ## 4 A sweep of layouts
 #
 # The planner lists every layout of the cluster, fitting ones first, with reasons for the
-# invalid ones. We run a few and compare measured iteration times.
+# invalid ones, and orders the fitting ones by an *estimate* of the iteration time: compute at
+# a speed per rank, the bubble, and every collective at a latency plus its bytes over a bus
+# bandwidth. Those figures come from what this machine or cluster measured, when notebooks 01
+# (compute speed) and 03 (links) stored their measurements; otherwise the estimate uses
+# typical figures and says it is UNCALIBRATED. We then run a few layouts and compare.
 
 # %%
 from labkit.planner import format_layouts, plan_layouts
+from labkit.planner.calibration import calibrated_hardware, describe
 
+hw = calibrated_hardware(cfg)
+print(describe(hw))
 print(format_layouts(plan_layouts(nodes=nodes, gpus_per_node=gpus_per_node, model=cfg,
-                                  micro_batch_size=micro_batch_size), show_invalid=False))
+                                  micro_batch_size=micro_batch_size, hardware=hw),
+                     show_invalid=False))
 
 # %%
 others = [cfg.replace(name=f"{run_prefix}_tp{t}_pp{q}", tensor_model_parallel_size=t,
@@ -189,6 +202,45 @@ steady = df[df["iteration"] > 1]
 plot_layout_grid(steady, value="tokens_per_sec")
 plt.show()
 steady.groupby(["tp", "pp", "dp"])[["elapsed_ms", "tokens_per_sec"]].median()
+
+# %% [markdown]
+# **Did the planner rank them the way you measured?** Below, the estimate next to the median
+# iteration time you measured, each with its rank (1 = fastest).
+
+# %%
+import pandas as pd
+
+from labkit.lab import steady_median
+from labkit.planner import estimate_iteration_time
+
+rows = []
+for j, c in zip(jobs, [cfg] + others):
+    est = estimate_iteration_time(c, hw)
+    rows.append({"layout": f"TP{c.tp} x PP{c.pp} x DP{c.dp}",
+                 "measured_ms": steady_median(df[df["name"] == c.name]),
+                 "estimated_ms": est["iteration_s"] * 1e3,
+                 "est_compute_ms": est["compute_s"] * 1e3, "est_bubble_ms": est["bubble_s"] * 1e3,
+                 "est_comm_ms": sum(est["comm_s"].values()) * 1e3})
+order = pd.DataFrame(rows).set_index("layout")
+order["measured_rank"] = order["measured_ms"].rank().astype(int)
+order["estimated_rank"] = order["estimated_ms"].rank().astype(int)
+print(describe(hw))
+same = order["measured_ms"].sort_values().index.equals(order["estimated_ms"].sort_values().index)
+print("The planner's order matches your measurements." if same else
+      "The planner's order differs from your measurements.")
+order.round(1)
+
+# %% [markdown]
+# Read the estimate's parts (`est_*` columns). Calibrated on CPU processes, a rank's compute
+# is its layers x microbatches at the time per layer and microbatch that notebook 01 measured:
+# the tiny model's matmuls are so small that each operator's fixed overhead dominates, and a
+# TP rank runs as many operators as a whole model, each half as large. TP then only adds its
+# all-reduces (a few ms of latency each, as 03 measured), while PP halves a rank's layers. On
+# GPUs the FLOPs count instead. What the estimate leaves out: overlap of communication with
+# compute, the load of a shared machine (01, 03 and this sweep ran at different moments: the
+# absolute times can be far off even when the order is right), and noise: two layouts within
+# ~20 % of each other can swap places from one run to the next. Uncalibrated, it uses typical
+# figures of another machine, and its order is a guess.
 
 # %% [markdown]
 # ## 5 Explore layouts live
@@ -212,6 +264,7 @@ record("tp2_pp2.bubble_fraction", p.bubble_fraction)
 #
 # - TP x PP x DP = world size; TP inside a node, PP and DP across nodes.
 # - Pipeline stages differ in memory; more microbatches shrink the bubble.
-# - The planner ranks layouts before you spend queue time; the sweep checks it against reality.
+# - The planner's estimate ranks layouts before you spend queue time; calibrated with your
+#   own compute speed and link measurements, you compared its order with the measured one.
 #
 # Next: **07**, optimizations that trade memory for time.

@@ -87,6 +87,10 @@ def check_profile_reading(phase: Any, remedy: Any, *, breakdown: Any) -> CheckRe
                    (want, ref_remedy))
 
 
+def _size(gb: float) -> str:
+    return f"{gb:.3f} GB" if gb >= 1 else f"{gb * 1e3:.2f} MB"
+
+
 def check_fits_budget(answer: Any, *, peak_gb: dict[str, float], budget_gb: float,
                       baseline: dict[str, float] | None = None) -> CheckResult:
     """Which option's predicted peak per rank fits under ``budget_gb``; ``baseline`` (the
@@ -103,12 +107,13 @@ def check_fits_budget(answer: Any, *, peak_gb: dict[str, float], budget_gb: floa
         if baseline:
             big = sorted(baseline.items(), key=lambda kv: -kv[1])
             parts = " The baseline's memory per rank: " + ", ".join(
-                f"{k} {v * 1e3:.2f} MB" for k, v in big) + ". Which option shrinks the largest part?"
-        problems.append(f"option {answer!r} is planned at {peak_gb[answer] * 1e3:.2f} MB per rank, "
-                        f"over the budget of {budget_gb * 1e3:.2f} MB.{parts}")
+                f"{k} {_size(v)}" for k, v in big) + ". Which option shrinks the largest part, and by " \
+                "how much?"
+        problems.append(f"option {answer!r} is planned at {_size(peak_gb[answer])} per rank, over "
+                        f"the budget of {_size(budget_gb)}.{parts}")
     return _finish("fits_budget", problems,
-                   f"{answer!r} is planned at {peak_gb.get(answer, 0.0) * 1e3:.2f} MB per rank, "
-                   f"within the budget of {budget_gb * 1e3:.2f} MB.", answer, reference)
+                   f"{answer!r} is planned at {_size(peak_gb.get(answer, 0.0))} per rank, within "
+                   f"the budget of {_size(budget_gb)}.", answer, reference)
 
 
 # What each failure kind leaves in a log (the rule a reader applies, for the hints).

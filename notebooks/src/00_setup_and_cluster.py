@@ -90,7 +90,10 @@ print(tok.get_vocab_size(), "tokens in the vocabulary")
 list(zip(enc.ids, enc.tokens))
 
 # %%
-from megatron.core.datasets.indexed_dataset import IndexedDataset
+from labkit.quiet import quiet_megatron
+
+with quiet_megatron():  # megatron-core's notes about optional packages, said once
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 ds = IndexedDataset(str(DATA_DIR / "corpus_text_document"))
 print(f"{len(ds):,} documents, {int(ds.sequence_lengths.sum()):,} tokens")
@@ -105,12 +108,14 @@ print(tok.decode(ds[0][:60].tolist()))
 # the tensor-parallel (TP) group shares every layer, the pipeline-parallel (PP) group passes
 # activations from stage to stage, the data-parallel (DP) group averages gradients.
 #
-# **Exercise 4.1**: how many ranks does a job with `nodes` nodes and `gpus_per_node` GPUs have?
+# **Exercise 4.1**: the parameters cell above describes this series' job (`nodes`,
+# `gpus_per_node`). How many ranks does it have? Write a Python expression of the parameters, so
+# that your answer stays right when papermill changes them.
 
 # %%
 from labkit.exercises import FIXME, check_world_size
 
-world_size = nodes * gpus_per_node  # EXERCISE: nodes x GPUs per node
+world_size = nodes * gpus_per_node  # EXERCISE: the number of ranks of this job
 ranks = check_world_size(world_size, nodes=nodes, gpus_per_node=gpus_per_node)
 
 # %% [markdown]
@@ -132,7 +137,8 @@ Image(filename=str(REPO_ROOT / "images" / "layout_tp2_dp2.png"))
 #
 # - `labkit doctor` tells you before a workshop whether the machine or cluster is ready.
 # - The training data is a BPE tokenizer plus an indexed dataset of token ids.
-# - world size = nodes x GPUs per node; TP x PP x DP must multiply to it.
+# - One rank per GPU (per process on CPU): you counted the world size of this job yourself;
+#   TP x PP x DP must multiply to it.
 # - Ranks are laid out TP-first, so TP groups stay inside a node and DP / PP groups cross nodes.
 #
 # Next: **01**, a first training run on one node.

@@ -2,10 +2,11 @@
 # # 07 Optimizations
 #
 # **What you will learn**
-# - mixed precision (bf16) on GPUs: half the bytes for weights and activations;
+# - mixed precision (bf16) on GPUs: which parts of the memory shrink, and which grow;
 # - gradient accumulation: the same global batch from smaller micro batches;
 # - activation recompute: less activation memory for more compute;
 # - the distributed optimizer: optimizer state sharded over the data-parallel ranks;
+# - to predict which of them brings a run under a memory budget, then verify it;
 #
 # each measured against the planner's prediction.
 
@@ -39,17 +40,25 @@ print(plan(base).summary())
 # %% [markdown]
 # ## 1 Mixed precision
 #
-# bf16 halves weights and activations (fp32 master weights and Adam state stay). The CPU path
-# trains in fp32 only, so on `profile="cpu"` we compare the planner's prediction for a GPU run.
+# bf16 stores the weights the model computes with and the activations in 2 bytes instead of 4.
+# Not everything shrinks: the optimizer keeps an fp32 master copy of the weights next to the
+# Adam moments, and gradients are accumulated in fp32. The CPU path trains in fp32 only, so on
+# `profile="cpu"` we compare the planner's prediction for a GPU run (GPT-2 124M, the gpu
+# profile), component by component.
 
 # %%
 if profile == "gpu":
     fp32 = base.replace(name=f"{run_prefix}_fp32", precision="fp32")
     runs_mp = [launch(base, cluster=cluster), launch(fp32, cluster=cluster)]
     print([(j.name, str(j.state())) for j in runs_mp])
+import pandas as pd
+
 gpu_twin = RunConfig.for_profile("gpu", name="mp_demo")
-for prec in ("fp32", "bf16"):
-    print(prec, f"{plan(gpu_twin.replace(precision=prec)).peak_gb:.2f} GB peak per GPU")
+parts = pd.DataFrame({prec: plan(gpu_twin.replace(precision=prec)).first_stage.to_dict()
+                      for prec in ("fp32", "bf16")})
+parts["bf16 / fp32"] = parts["bf16"] / parts["fp32"]
+print("GB per GPU (first pipeline stage; startup: buffers allocated at start-up)")
+parts.round(3)
 
 # %% [markdown]
 # ## 2 Gradient accumulation
@@ -85,7 +94,45 @@ for c in (base, distopt):
     print(f"{c.name}: optimizer state {plan(c).first_stage.optimizer * 1e3:.2f} MB per rank")
 
 # %% [markdown]
-# ## 5 Measure them all
+# ## 5 Exercise: which option fits a budget?
+#
+# Take the GPU run of section 1 (GPT-2 124M in bf16, 2 nodes x 8 GPUs, DP=16) and its memory
+# per GPU by component below. You are given a memory budget per GPU that it exceeds. **Predict**
+# which one of three options brings it under the budget: `"accumulation"` (half the micro
+# batch, twice the microbatches), `"recompute"` (full activation recompute) or
+# `"distributed_optimizer"`. Reason from the components and from what each option changes;
+# then run the check, which verifies your prediction with the planner.
+
+# %%
+scenario = RunConfig.for_profile("gpu", name="budget_demo")
+options = {"accumulation": scenario.replace(micro_batch_size=scenario.micro_batch_size // 2),
+           "recompute": scenario.replace(recompute_granularity="full"),
+           "distributed_optimizer": scenario.replace(use_distributed_optimizer=True)}
+peak_gb = {k: plan(c).peak_gb for k, c in options.items()}
+low, second = sorted(peak_gb.values())[:2]
+budget_gb = round((low + second) / 2, 2)  # between the two smallest peaks: exactly one fits
+components = {k: v for k, v in plan(scenario).first_stage.to_dict().items() if k != "total"}
+print(f"budget {budget_gb:.2f} GB per GPU; the run as it is needs {plan(scenario).peak_gb:.2f} GB:")
+print({k: f"{v:.3f} GB" for k, v in components.items()}, f"DP={scenario.dp}")
+
+# %%
+from labkit.exercises import FIXME
+from labkit.exercises_reading import check_fits_budget
+
+option = "distributed_optimizer"  # EXERCISE: "accumulation", "recompute" or "distributed_optimizer"
+fits = check_fits_budget(option, peak_gb=peak_gb, budget_gb=budget_gb, baseline=components)
+
+# %% [markdown]
+# **Verify**: the planner's peak per GPU for each option, against the budget. (On a GPU cluster
+# you can also run the option you chose with `memory_limit_gb=budget_gb`; on CPU the tiny model
+# in fp32 is not this run, and its process memory would not show a difference of this size.)
+
+# %%
+pd.DataFrame({"planned peak GB": peak_gb, "fits the budget": {k: v <= budget_gb for k, v in
+                                                             peak_gb.items()}}).round(3)
+
+# %% [markdown]
+# ## 6 Measure them all
 
 # %%
 jobs = [launch(c, cluster=cluster) for c in (base, accum, recompute, distopt)]
@@ -102,8 +149,6 @@ for j, c in zip(jobs, (base, accum, recompute, distopt)):
                  "final_loss": float(r.iterations["lm_loss"].iloc[-1]),
                  "peak_rss_mb": float(r.memory["max_allocated_mb"].max()),
                  "planned_peak_mb": plan(c).peak_gb * 1e3})
-import pandas as pd
-
 table = pd.DataFrame(rows).set_index("run")
 table
 
@@ -112,6 +157,39 @@ table
 # interpreter and libraries (hundreds of MB), so differences of a few MB in the model's state
 # hide in it; on GPUs the allocator's peak shows them directly. Loss curves of the four runs
 # should agree closely: these optimizations change memory and time, not the mathematics.
+
+# %% [markdown]
+# The engine also counts its own tensors (weights, gradients, optimizer state, other buffers
+# and the peak of what autograd saved for backward), which is what the planner predicts. Per
+# run, predicted (hatched) next to measured:
+
+# %%
+import matplotlib.pyplot as plt
+
+from labkit.measured_memory import compare_memory, load_memory
+from labkit.plots import plot_memory_components
+
+have = [(j, c) for j, c in zip(jobs, (base, accum, recompute, distopt))
+        if (j.run_dir / "memory").is_dir()]
+for j, c in zip(jobs, (base, accum, recompute, distopt)):
+    if not (j.run_dir / "memory").is_dir():
+        print(f"{j.name}: no memory/ folder (a run made before the engine counted its tensors; "
+              f"launch it with reuse=False to measure it)")
+fig, axes = plt.subplots(1, max(1, len(have)), figsize=(4.2 * max(1, len(have)), 3.8),
+                         squeeze=False)
+for ax, (j, c) in zip(axes[0], have):
+    mem_cmp = compare_memory(c, load_memory(j.run_dir))
+    plot_memory_components(mem_cmp, ax=ax)
+    ax.set_title(c.name, fontsize=9)
+    if ax is not axes[0][-1]:
+        ax.get_legend().remove()
+    meas = mem_cmp[mem_cmp["source"] == "measured"].iloc[0]
+    pred = mem_cmp[mem_cmp["source"] == "predicted"].iloc[0]
+    print(f"{c.name:16s} activations {meas['activations_mb']:6.2f} MB (planned "
+          f"{pred['activations_mb']:6.2f}), optimizer {meas['optimizer_mb']:5.2f} MB (planned "
+          f"{pred['optimizer_mb']:5.2f})")
+fig.tight_layout()
+plt.show()
 
 # %%
 from labkit.record import record
@@ -123,7 +201,10 @@ for run, row in table.iterrows():
 # %% [markdown]
 # ## Summary
 #
-# - bf16 halves weights and activations on GPUs; the optimizer state stays fp32.
+# - bf16 halves the weights and activations, but adds an fp32 master copy of the weights to the
+#   optimizer: read the components, not a rule of thumb (section 1).
+# - Which option fits a budget follows from the largest component and what each option
+#   shrinks: you predicted it and the planner verified it (section 5).
 # - Gradient accumulation keeps the global batch with less activation memory.
 # - Recompute trades compute for activation memory; the planner shows both sides.
 # - The distributed optimizer divides optimizer state by DP.

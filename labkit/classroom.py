@@ -84,13 +84,17 @@ def cancel_all(cluster: ClusterProfile | str | Path | None = None) -> list[dict[
     return _cancel_live(jobs, job_states(jobs))
 
 
-def _cancel_live(jobs: list[Job], states: dict[str, JobState]) -> list[dict[str, Any]]:
+def _cancel_live(jobs: list[Job], states: dict[str, JobState], *, as_instructor: bool = False
+                 ) -> list[dict[str, Any]]:
     out = []
     for j in jobs:
         st = states.get(j.job_id, JobState.UNKNOWN)
         if st.finished or st is JobState.UNKNOWN:
             continue
-        j.cancel()
+        if as_instructor:
+            _class_cancel(j)
+        else:
+            j.cancel()
         out.append({**j.to_dict(st), "user": owner(j.run_dir)})
     return out
 
@@ -190,6 +194,69 @@ def student_roots(cluster: ClusterProfile | str | Path | None = None) -> dict[st
     return out
 
 
+def _class_states(jobs: list[Job]) -> dict[str, JobState]:
+    """States of every student's jobs. The backends answer for the caller's own jobs only, so
+    Slurm jobs are read here from one ``squeue`` of all users: a job counts as the record's
+    only when Slurm's job of that id has the run's name and belongs to the record's owner."""
+    slurm = [j for j in jobs if j.backend == "slurm"]
+    out = job_states([j for j in jobs if j.backend != "slurm"])
+    tables = {conf: _squeue_all(conf) for conf in {j.info.get("slurm_conf") for j in slurm}}
+    for j in slurm:
+        rec = tables[j.info.get("slurm_conf")].get(j.job_id)
+        uid = _owner_uid(j.run_dir)
+        if rec is not None and rec[1] == j.name and rec[2] == uid:
+            out[j.job_id] = _slurm_map(rec[0])
+        elif (code := j.exit_code()) is not None:
+            out[j.job_id] = JobState.COMPLETED if code == 0 else JobState.FAILED
+        else:
+            out[j.job_id] = JobState.UNKNOWN
+    return out
+
+
+def _squeue_all(conf: str | None) -> dict[str, tuple[str, str, int]]:
+    from labkit.backends.slurm import run_cmd
+
+    p = run_cmd(["squeue", "--noheader", "-t", "all", "-o", "%i|%T|%j|%U"], slurm_conf=conf)
+    out = {}
+    for line in p.stdout.splitlines() if p.returncode == 0 else []:
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[3].isdigit():
+            out[parts[0]] = (parts[1], parts[2], int(parts[3]))
+    return out
+
+
+def _slurm_map(state: str) -> JobState:
+    from labkit.backends.slurm import SLURM_STATES
+
+    return SLURM_STATES.get(state.split()[0].rstrip("+"), JobState.UNKNOWN)
+
+
+def _owner_uid(run_dir: Path) -> int | None:
+    try:
+        return (Path(run_dir) / JOB_FILE).stat().st_uid
+    except OSError:
+        return None
+
+
+def _class_cancel(job: Job) -> None:
+    """Cancel a student's job as root: Slurm's job of that id must still have the run's name
+    and the record owner's uid (checked again right before ``scancel``)."""
+    if job.backend != "slurm":
+        job.cancel()
+        return
+    from labkit.backends.slurm import run_cmd
+
+    conf = job.info.get("slurm_conf")
+    rec = _squeue_all(conf).get(job.job_id)
+    if rec is None or rec[1] != job.name or rec[2] != _owner_uid(job.run_dir):
+        raise LabkitError(f"Slurm job {job.job_id} is not run {job.name!r} of "
+                          f"{owner(job.run_dir)} any more; left alone")
+    p = run_cmd(["scancel", job.job_id], slurm_conf=conf)
+    if p.returncode:
+        raise LabkitError(f"scancel {job.job_id} failed (exit {p.returncode}): "
+                          f"{(p.stderr or p.stdout).strip()}")
+
+
 def _all_jobs(cluster: ClusterProfile | str | Path | None) -> list[tuple[str, Job]]:
     """(user, job) of every student's labkit job record, read-only: acting on one goes
     through ``verify_owned`` (root only)."""
@@ -248,7 +315,7 @@ def class_status(cluster: ClusterProfile | str | Path | None = None) -> list[dic
     train_iters), the last notebook reached (from the ``nbNN_`` run names), exercise checks
     recorded in the runs' ``metrics.json``, and the newest failure's diagnosis."""
     pairs = _all_jobs(cluster)
-    states = job_states([j for _, j in pairs])
+    states = _class_states([j for _, j in pairs])
     roots = student_roots(cluster)
     by_user: dict[str, list[Job]] = {u: [] for u in roots if u != "*"}
     for user, j in pairs:
@@ -294,10 +361,10 @@ def class_cancel_all(cluster: ClusterProfile | str | Path | None = None) -> list
     """Cancel every student's PENDING or RUNNING labkit job (root only)."""
     pairs = _all_jobs(cluster)
     jobs = [j for _, j in pairs]
-    states = job_states(jobs)
+    states = _class_states(jobs)
     _need_rights([(u, j) for u, j in pairs if not states.get(j.job_id, JobState.UNKNOWN)
                   .finished], "cancelling")
-    return _cancel_live(jobs, states)
+    return _cancel_live(jobs, states, as_instructor=os.geteuid() == 0)
 
 
 def class_clean(cluster: ClusterProfile | str | Path | None = None, *, dry_run: bool = False,
@@ -310,7 +377,7 @@ def class_clean(cluster: ClusterProfile | str | Path | None = None, *, dry_run: 
     by_user: dict[str, list[Job]] = {}
     for u, j in pairs:
         by_user.setdefault(u, []).append(j)
-    states = job_states([j for _, j in pairs])
+    states = _class_states([j for _, j in pairs])
     for u in sorted(by_user):
         freed = _clean(by_user[u], states, dry_run=dry_run, keep_last=keep_last,
                        whole_runs=whole_runs)

@@ -16,7 +16,9 @@ state and fp32 master weights), ``other`` (megatron-core's global memory buffer:
 attention's score buffer). ``activations``: what autograd saves for backward, counted by a
 ``saved_tensors_hooks`` pack hook per microbatch (parameters and the buffers above excluded)
 and held from the microbatch's forward to the end of its backward; the peak over a step is the
-largest sum in flight. Per iteration also the process's RSS (and, on CUDA, the allocator's
+largest sum in flight, plus what a backward saves again when it recomputes (activation
+recompute; counted from when it is saved to when backward first uses it).
+Per iteration also the process's RSS (and, on CUDA, the allocator's
 allocated and peak). At the end ``live_tensors``: every live tensor's storage
 (``engine_memory.live_tensor_bytes``), the check that the components account for it.
 
@@ -142,10 +144,29 @@ class Recorder:
         if key not in self.live and self.order:
             key = self.order[0]
         chunk, mb = self.meta.pop(key, (0, None))
+        # Activation recompute saves a layer's tensors again inside backward; each is used (and
+        # then freed) when backward reaches that layer: count it from pack to first unpack.
+        redone: dict[int, int] = {}
+        cur, top, static = [0], [0], self._static_ptrs
+
+        def pack(x: torch.Tensor) -> torch.Tensor:
+            ptr, n = _storage(x)
+            if ptr not in static and ptr not in redone:
+                redone[ptr] = n
+                cur[0] += n
+                top[0] = max(top[0], cur[0])
+            return x.detach()
+
+        def unpack(x: torch.Tensor) -> torch.Tensor:
+            cur[0] -= redone.pop(x.untyped_storage().data_ptr(), 0)
+            return x
+
         start = self._mark()
-        with torch.profiler.record_function(f"labkit backward chunk {chunk} microbatch {mb}"):
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack), \
+                torch.profiler.record_function(f"labkit backward chunk {chunk} microbatch {mb}"):
             grad = orig(input_tensor, output_tensor, *args, **kwargs)
         end = self._mark()
+        self.peak = max(self.peak, self.now + top[0])
         self.now -= self.live.pop(key, 0)
         if key in self.order:
             self.order.remove(key)

@@ -215,7 +215,7 @@ def test_pending_reason_and_place_from_squeue(tmp_path, monkeypatch):
 # --- a real run -------------------------------------------------------------------------------
 @pytest.mark.engine
 def test_a_pp2_run_writes_its_timeline_and_memory(tmp_path):
-    from tests.engine_runs import train
+    from engine_runs import train
 
     run = train(tmp_path, name="pp2", pipeline_model_parallel_size=2, train_iters=3)
     df = load_timeline(run)

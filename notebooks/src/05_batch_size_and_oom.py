@@ -67,6 +67,27 @@ tput = {m: steady_median(df[df["micro_batch_size"] == m], "tokens_per_sec") for 
 print({m: f"{v:,.0f} tokens/s" for m, v in tput.items()})
 
 # %% [markdown]
+# **What did your sweep show?** The cell below reads it: where throughput peaked, and by how
+# much against the smallest micro batch.
+
+# %%
+small, best = min(tput), max(tput, key=tput.get)
+print("tokens/s relative to micro batch "
+      f"{small}: " + ", ".join(f"{m}: {v / tput[small]:.2f}x" for m, v in tput.items()))
+if best == small:
+    print(f"The smallest micro batch, {small}, was the fastest here: larger ones did not help.")
+elif best == max(tput):
+    print("Throughput still rose at the largest micro batch tried: fewer, larger matrix "
+          "multiplications used the hardware better.")
+else:
+    print(f"Past micro batch {best} throughput fell again.")
+if profile == "cpu" and best != max(tput):
+    print(f"On CPU the {base.world_size} ranks share this machine's cores: once the matmuls keep "
+          f"every core busy, larger ones do not run faster per sample, and differences of a few "
+          f"percent are within the noise of a shared machine. On GPUs a larger micro batch keeps "
+          f"the tensor cores busier, up to the memory limit.")
+
+# %% [markdown]
 # The same per device, with MFU on GPUs (empty on `profile="cpu"`: a CPU has no peak FLOPs in
 # `labkit.hardware.PEAK_TFLOPS`). On a GPU, a larger micro batch keeps the tensor cores busier
 # until memory runs out; MFU shows how much of the peak that buys.
@@ -204,7 +225,9 @@ record("oom_predicted", not oom_plan.fits)
 # %% [markdown]
 # ## Summary
 #
-# - Larger micro batches raise throughput until memory runs out.
+# - Your sweep measured tokens/s per micro batch (section 1 said where it peaked). Larger
+#   micro batches help while they make the hardware busier: on GPUs up to the memory limit; on
+#   a CPU whose cores are already busy, little or not at all.
 # - The planner predicts memory per rank before you queue; its `fits` verdict matched the run.
 # - An out-of-memory job fails with the allocator's own error; `labkit.logs.diagnose` names it
 #   (`host_oom` on CPU, `gpu_oom` on GPUs) and suggests a fix.

@@ -18,7 +18,7 @@ gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 40  # iterations of the run we kill part-way (long enough to catch it running)
 save_interval = 5  # checkpoint every N iterations
 kill_at = 12  # cancel the job once the log shows this iteration
-hang_timeout = 300  # seconds without a new iteration (or, before the first, a new log line) = hung
+hang_timeout = 300  # seconds without a new iteration (before the first: a new log line) until a job counts as hung
 run_prefix = "nb08"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -87,8 +87,8 @@ assert ckpts, "the run should have saved at least one checkpoint before it was k
 # it writes a diagnosis to `hang-*.txt` in the run directory (each rank's last line, a py-spy
 # stack dump of every rank it can see, the ranks *not* waiting inside a collective, which are
 # usually the culprit), cancels the job and raises `HangError`. The iterations of the attempt we
-# cancelled, still at the end of the log, are not blamed. From a terminal:
-# `labkit watch nb08_resume --hang-timeout 300`.
+# cancelled, still at the end of the log, are not blamed. From a terminal it is `labkit watch`
+# (section 4 runs it).
 
 # %%
 resumed = launch(cfg, cluster=cluster, resume=True, wait=False)
@@ -112,22 +112,83 @@ assert int(its["iteration"].max()) == train_iters
 # %%
 from labkit.logs import diagnose
 
-for f in diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED")[:2]:
+cancelled = diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED")
+for f in cancelled[:2]:
     print(f"{f.kind}: {f.message}\n  hint: {f.hint}")
+# the cancel is the cause; the SIGTERM it sent shows up in the log as a consequence
+assert cancelled[0].kind == "cancelled", [f.kind for f in cancelled]
 
 # %% [markdown]
-# Now a job that crashes: its dataset path does not exist. The failure is found in the log of
-# every rank and reduced to one root cause with a hint.
+# Now a job that crashes. Before labkit reads it for you, read it yourself: below is its log,
+# as you would find it after a night in the queue.
 
 # %%
 broken = cfg.replace(name=f"{run_prefix}_broken", data_path="/nonexistent/corpus_text_document",
                      save_interval=None, train_iters=4, lr_warmup_iters=1)
 bad = launch(broken, cluster=cluster, reuse=False, wait=False)
 bad.wait(progress=False, hang_timeout=hang_timeout)  # a crash ends it; a hang would be cancelled
+from labkit.paths import REPO_ROOT
+
+lines = bad.log_path.read_text(errors="replace").splitlines()
+print(f"state {bad.state()}, exit code {bad.exit_code()}; its log ({len(lines)} lines, the last "
+      f"80 shown, numbered):\n")
+for number, line in enumerate(lines[-80:], start=max(1, len(lines) - 79)):
+    print(f"{number:4} {line.replace(str(REPO_ROOT) + '/', '')}")
+
+# %% [markdown]
+# **Exercise 3.1**: from the log alone, what ended this job? Answer with one failure kind:
+# `"gpu_oom"`, `"host_oom"`, `"nccl_timeout"`, `"cuda_error"`, `"time_limit"`, `"preempted"`,
+# `"node_failure"`, `"child_failed"`, `"python_exception"`, `"cancelled"` or `"hang"`. (Read
+# from the bottom up: a launcher's summary often repeats a worker's error; the root cause is
+# the first error a rank raised.)
+
+# %%
+from labkit.exercises import FIXME
+from labkit.exercises_reading import check_diagnosis
+
 failures = diagnose(bad.log_path, exit_code=bad.exit_code(), job_state=str(bad.state()))
+cause = "python_exception"  # EXERCISE: a failure kind
+check_diagnosis(cause, failures=failures);
+
+# %% [markdown]
+# labkit's diagnosis of the same log: the failure is found in the log of every rank and reduced
+# to one root cause, with the line to read and a hint.
+
+# %%
 for f in failures[:3]:
     print(f"{f.kind} (rank {f.rank}, line {f.line}): {f.message}\n  hint: {f.hint}")
 assert str(bad.state()) == "FAILED" and failures, (bad.state(), failures)
+
+# %% [markdown]
+# ## 4 The same from a terminal
+#
+# Everything above has a command line. Each command below runs here, on the jobs of this
+# notebook, and shows what it prints.
+
+# %%
+import os
+import shlex
+import subprocess
+import sys
+
+from labkit.paths import REPO_ROOT
+
+
+def terminal(command: str) -> None:
+    """Run a labkit command line as typed in a terminal (from the repository) and show it."""
+    print("$", command)
+    argv = [sys.executable, "-m", "labkit", *shlex.split(command)[1:]]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    shown = (out.stdout + out.stderr).replace(str(REPO_ROOT) + os.sep, "")  # paths as typed
+    print(shown.strip()[-2000:], "\n")
+    assert out.returncode == 0, f"{command} exited with {out.returncode}"
+
+
+bad_log = os.path.relpath(bad.log_path, REPO_ROOT)
+for command in (f"labkit status {resumed.name}",
+                f"labkit watch {resumed.name} --hang-timeout {hang_timeout}",
+                f"labkit parse {shlex.quote(bad_log)}"):
+    terminal(command)
 
 # %%
 from labkit.record import record
@@ -141,7 +202,9 @@ record("broken.diagnosis", failures[0].kind)
 # - `srun` + `torchrun` and a hostfile launcher start the same ranks; Slurm adds the queue,
 #   accounting and cleanup.
 # - Checkpoints make a killed job cheap: resume picks up at the last saved iteration.
-# - `labkit.logs.diagnose` turns a failed job's log into a cause and a hint.
+# - A failed job's log says what ended it: you read it yourself first, then
+#   `labkit.logs.diagnose` (or `labkit parse LOG`) named the root cause with a hint; a cancelled
+#   job is diagnosed as cancelled, whatever signal exceptions the cancel caused.
 # - `job.wait(hang_timeout=...)` (or `labkit watch JOB --hang-timeout S`) turns a silent hang into
 #   a diagnosis and a cancelled job.
 #

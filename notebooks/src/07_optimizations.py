@@ -191,39 +191,6 @@ for ax, (j, c) in zip(axes[0], have):
 fig.tight_layout()
 plt.show()
 
-# %% [markdown]
-# The engine also counts its own tensors (weights, gradients, optimizer state, other buffers
-# and the peak of what autograd saved for backward), which is what the planner predicts. Per
-# run, predicted (hatched) next to measured:
-
-# %%
-import matplotlib.pyplot as plt
-
-from labkit.measured_memory import compare_memory, load_memory
-from labkit.plots import plot_memory_components
-
-have = [(j, c) for j, c in zip(jobs, (base, accum, recompute, distopt))
-        if (j.run_dir / "memory").is_dir()]
-for j, c in zip(jobs, (base, accum, recompute, distopt)):
-    if not (j.run_dir / "memory").is_dir():
-        print(f"{j.name}: no memory/ folder (a run made before the engine counted its tensors; "
-              f"launch it with reuse=False to measure it)")
-fig, axes = plt.subplots(1, max(1, len(have)), figsize=(4.2 * max(1, len(have)), 3.8),
-                         squeeze=False)
-for ax, (j, c) in zip(axes[0], have):
-    mem_cmp = compare_memory(c, load_memory(j.run_dir))
-    plot_memory_components(mem_cmp, ax=ax)
-    ax.set_title(c.name, fontsize=9)
-    if ax is not axes[0][-1]:
-        ax.get_legend().remove()
-    meas = mem_cmp[mem_cmp["source"] == "measured"].iloc[0]
-    pred = mem_cmp[mem_cmp["source"] == "predicted"].iloc[0]
-    print(f"{c.name:16s} activations {meas['activations_mb']:6.2f} MB (planned "
-          f"{pred['activations_mb']:6.2f}), optimizer {meas['optimizer_mb']:5.2f} MB (planned "
-          f"{pred['optimizer_mb']:5.2f})")
-fig.tight_layout()
-plt.show()
-
 # %%
 from labkit.record import record
 

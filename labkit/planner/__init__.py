@@ -39,11 +39,11 @@ from labkit.planner.memory import (
     stage_params,
     total_params,
 )
-from labkit.planner.plan import LayoutPlan, Plan, format_layouts, plan, plan_layouts
+from labkit.planner.plan import LayoutPlan, Plan, base_config, format_layouts, plan, plan_layouts
 
 __all__ = [
     "HARDWARE", "ORDER", "Hardware", "LayoutPlan", "Plan", "RankGrid", "StageMemory",
-    "activation_bytes_per_layer", "bubble_fraction", "comm_volume",
+    "activation_bytes_per_layer", "base_config", "bubble_fraction", "comm_volume",
     "estimate_iteration_time", "flops_per_iteration", "format_layouts",
     "hardware_flops_per_iteration", "layer_params", "memory_limit_gb", "param_counts", "plan",
     "plan_layouts", "rank_grid", "required_gb", "stage_memory", "stage_params", "total_params",

@@ -10,35 +10,22 @@ from typing import Any
 from labkit.config import RunConfig, require_config
 from labkit.errors import ConfigError
 from labkit.planner.flops import (
-    HARDWARE,
     Hardware,
     bubble_fraction,
-    comm_volume,
     estimate_iteration_time,
     flops_per_iteration,
     hardware_flops_per_iteration,
 )
-from labkit.planner.grid import ORDER, RankGrid, rank_grid
+from labkit.planner.grid import rank_grid
 from labkit.planner.memory import (
     StageMemory,
-    activation_bytes_per_layer,
-    layer_params,
     memory_limit_gb,
-    param_counts,
     required_gb,
     stage_memory,
-    stage_params,
-    total_params,
 )
 from labkit.rules import divisors
 
-__all__ = [
-    "HARDWARE", "ORDER", "Hardware", "LayoutPlan", "Plan", "RankGrid", "StageMemory",
-    "activation_bytes_per_layer", "base_config", "bubble_fraction", "comm_volume",
-    "estimate_iteration_time", "flops_per_iteration", "format_layouts",
-    "hardware_flops_per_iteration", "layer_params", "param_counts", "plan", "plan_layouts",
-    "rank_grid", "stage_memory", "stage_params", "total_params",
-]
+__all__ = ["LayoutPlan", "Plan", "base_config", "format_layouts", "plan", "plan_layouts"]
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,11 @@ def test_watch_diagnoses_a_real_hang_and_cancels_the_job(run_root, capsys, monke
                     extra={"hang_at": 3, "hang_rank": 1, "pg_timeout": 300})
     job = backends.submit(cfg, backend="local", program=REPO / "tests" / "programs" / "hang_job.py")
     try:
+        # Start watching once the job is past its (load-dependent) start-up: the short hang
+        # timeout then measures the hang, never how busy this machine is.
+        from labkit.lab import wait_for_iteration
+
+        wait_for_iteration(job, 2, timeout=240)
         rc, _, err = run(capsys, "watch", job.job_id, "--hang-timeout", "6", "--timeout", "240")
     finally:
         if not job.state().finished:

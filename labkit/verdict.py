@@ -106,12 +106,12 @@ def _cluster_name(c: Any) -> str | None:
 
 def _limit(base: float, rule: Rule, runs: list[float] | None, load: float) -> tuple[float, str]:
     """(limit factor, its description) of a one-sided timing rule."""
-    factor, why = rule.tol, f"{rule.tol:g} x"
+    factor, why = rule.tol, f"{rule.tol:g}"
     if runs and len(runs) > 1:
         med = statistics.median(runs)
         worst = max(runs) / med if rule.direction == "up" else med / max(min(runs), 1e-12)
         if SPREAD_MARGIN * worst > factor:
-            factor, why = SPREAD_MARGIN * worst, f"{SPREAD_MARGIN * worst:.2f} x (spread of {len(runs)} runs)"
+            factor, why = SPREAD_MARGIN * worst, f"{SPREAD_MARGIN * worst:.2f} (spread of {len(runs)} runs)"
     if load > 1.0:
         factor *= load
         why += f" x load {load:.2f}"
@@ -130,8 +130,8 @@ def judge(value: Any, base: Any, rule: Rule, *, runs: list[float] | None = None,
     if rule.kind in ("time", "ratio") and rule.direction in ("up", "down"):
         factor, why = _limit(float(base), rule, runs, load if rule.kind == "time" else 1.0)
         if rule.direction == "up":
-            return value <= base * factor, f"<= {why} baseline; faster never fails"
-        return value >= base / factor, f">= baseline / {why}; faster never fails"
+            return value <= base * factor, f"<= {why} x baseline; faster never fails"
+        return value >= base / factor, f">= baseline / ({why}); faster never fails"
     if rule.direction == "up":
         return value <= base * rule.tol, f"<= {rule.tol:g} x baseline"
     if rule.direction == "down":

@@ -303,9 +303,22 @@ def _start_failed(argv: list[str] | None, exc: BaseException) -> int:
     """A config that cannot run: print why and leave exit_code beside config.json."""
     args = sys.argv[1:] if argv is None else argv
     msg = str(exc.code if isinstance(exc, SystemExit) else exc)
-    if msg and msg != "None" and not msg.isdigit():
-        print(f"pretrain_gpt: {msg}" if not msg.startswith("pretrain_gpt") else msg,
-              file=sys.stderr, flush=True)
+    msg = msg if msg.startswith("pretrain_gpt") else f"pretrain_gpt: {msg}"
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        # Under torchrun its closing failure table is the last thing on screen: rank 0 puts the
+        # reason there (torchelastic's error-file format) and is the first to fail; the other
+        # ranks wait to be stopped, so the reason is said once and last.
+        if rank0:
+            import json
+
+            Path(os.environ["TORCHELASTIC_ERROR_FILE"]).write_text(json.dumps({"message": {
+                "message": msg, "extraInfo": {"py_callstack": msg,
+                                              "timestamp": str(int(time.time()))}}}))
+        else:
+            time.sleep(5)
+    elif rank0 and not msg.endswith(("None", ": 2")):
+        print(msg, file=sys.stderr, flush=True)
     if "--config" in args and int(os.environ.get("RANK", "0")) == 0:
         i = args.index("--config")
         if i + 1 < len(args) and Path(args[i + 1]).parent.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from engine_runs import PYTHON, REPO, ensure_data, losses, train
@@ -69,3 +70,18 @@ def test_bad_config_fails_before_training_with_exit_code(tmp_path):
     assert out.returncode == 2
     assert "TP x PP = 3 x 1 = 3 does not divide world size 2" in out.stderr
     assert (run_dir / "exit_code").read_text().strip() == "2"
+
+
+def test_unreadable_config_under_torchrun_is_said_once_and_last(tmp_path):
+    """torchrun ends with its failure table: the reason is its last entry, said once."""
+    torchrun = Path(PYTHON).parent / "torchrun"
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2",
+                          str(REPO / "code" / "pretrain_gpt.py"), "--config",
+                          str(tmp_path / "missing" / "config.json")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    said = "cannot read config file"
+    assert text.count(said) == 1, text[-3000:]
+    last = [ln for ln in text.splitlines() if ln.strip()][-4:]
+    assert any(said in ln for ln in last), last

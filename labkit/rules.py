@@ -114,8 +114,8 @@ def check(c: RunConfig) -> tuple[list[str], list[str]]:
     """Every broken rule (with its numbers and a fix), and warnings that do not stop a run."""
     p = _types(c)
     notes: list[str] = []
-    if p:  # the layout rules below would only repeat these
-        return p, notes
+    if p:  # the layout rules still run on the fields that are fine
+        return p + _rules_without(c, p), notes
     ws, tp, pp = c.world_size, c.tp, c.pp
     if ws % (tp * pp):
         p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide world size {ws} "
@@ -174,6 +174,36 @@ def check(c: RunConfig) -> tuple[list[str], list[str]]:
                      f"nodes, so every layer all-reduces over the inter-node network (slow). "
                      f"Keep TP <= {c.gpus_per_node} and use PP or DP across nodes.")
     return p, notes
+
+
+def _rules_without(c: RunConfig, problems: list[str]) -> list[str]:
+    """The layout rules for the fields the type rules accepted: each field a problem names
+    (``name=value ...``) takes its default for the arithmetic, and a rule whose message names
+    such a field is left out, so no message shows a number the user did not write."""
+    from dataclasses import MISSING, fields
+
+    bad = {m.split("=", 1)[0] for m in problems if "=" in m.split(" ", 1)[0]}
+    if not bad:
+        return []
+    proxy = object.__new__(type(c))
+    for f in fields(c):
+        value = getattr(c, f.name)
+        if f.name in bad:
+            value = f.default if f.default is not MISSING else f.default_factory()
+        object.__setattr__(proxy, f.name, value)
+    try:
+        more, _ = check(proxy)
+    except Exception:  # noqa: BLE001 - a second opinion only; the type problems stand alone
+        return []
+    words = bad | {_SHORT[b] for b in bad if b in _SHORT}
+    return [m for m in more if m not in problems and not any(
+        re.search(rf"\b{re.escape(w)}\b", m) for w in words)]
+
+
+# How the layout rules' messages also name some fields.
+_SHORT = {"micro_batch_size": "micro", "global_batch_size": "global",
+          "tensor_model_parallel_size": "TP", "pipeline_model_parallel_size": "PP",
+          "num_layers": "layers", "nodes": "world size", "gpus_per_node": "world size"}
 
 
 def _types(c: RunConfig) -> list[str]:

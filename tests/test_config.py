@@ -204,3 +204,15 @@ def test_torch_profiler_switch_and_old_config_files(tmp_path):
     cfg = RunConfig.from_json(path)
     assert cfg.torch_profiler is True and cfg.torch_profiler_ranks == (0, 3)
     assert "must be True or False" in rules_broken(torch_profiler="yes")
+
+
+def test_a_bad_value_does_not_hide_the_other_broken_rules():
+    """micro_batch_size 0 is reported, and so is the TP that does not divide the world."""
+    with pytest.raises(ConfigError) as e:
+        RunConfig(name="z", micro_batch_size=0, nodes=2, gpus_per_node=2,
+                  tensor_model_parallel_size=3)
+    v = e.value.violations
+    assert v[0].startswith("micro_batch_size=0")
+    assert any("TP x PP = 3 x 1 = 3 does not divide world size 4" in m for m in v)
+    # no message shows a number the user did not write (the default micro batch is 2)
+    assert not any("micro" in m for m in v[1:])

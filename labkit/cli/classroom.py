@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import add_cluster, add_json, say, show_json, warn
+from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, warn
 
-
-def _keep_last(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {n})")
-    return n
+_keep_last = int_at_least(0)
 
 
 def _clean_options(p: argparse.ArgumentParser) -> None:

@@ -36,15 +36,22 @@ def add_backend(p: argparse.ArgumentParser, default: str = "the config's backend
                    help=f"local: processes on this machine; slurm: sbatch (default: {default})")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {n})")
-    return n
+def int_at_least(minimum: int):
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} (got {n})")
+        return n
+
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def show_json(doc: Any) -> None:

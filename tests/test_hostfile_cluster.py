@@ -123,11 +123,11 @@ def test_world_size_is_checked_against_the_hostfile(hostfile_site, run_root):
 
     with pytest.raises(ConfigError, match=r"node2 has slots=2 < 3.*gpus_per_node <= 2"):
         submit(_cfg("hf_big", gpus_per_node=3, tensor_model_parallel_size=1,
-                    pipeline_model_parallel_size=1), cluster=hostfile_site)
+                    pipeline_model_parallel_size=1, global_batch_size=12), cluster=hostfile_site)
     assert not (run_root / "hf_big").exists()
     with pytest.raises(ConfigError, match=r"needs 3 hosts.*has 2"):
         submit(_cfg("hf_three", nodes=3, tensor_model_parallel_size=1,
-                    pipeline_model_parallel_size=1), cluster=hostfile_site)
+                    pipeline_model_parallel_size=1, global_batch_size=12), cluster=hostfile_site)
 
 
 def test_unreachable_host_is_refused_before_launch(hostfile_site, run_root):

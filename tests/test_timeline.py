@@ -5,14 +5,12 @@ and, in the engine test, from a run made here."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from labkit.backends.queue import describe, latest_iteration, pending_reason
+from labkit.backends.queue import describe, latest_iteration
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
 from labkit.measured_memory import COMPONENTS, compare_memory, load_memory, memory_iterations
@@ -195,21 +193,6 @@ def test_running_line_from_a_real_log_of_the_engine():
     line = describe("RUNNING", backend="local", job_id="1", info={}, latest=got)
     assert line.startswith(f"RUNNING: iteration {got['iteration']}/") and "lm loss" in line
     assert describe("PENDING", backend="local", job_id="1", info={}, latest=None) == "PENDING"
-
-
-def test_pending_reason_and_place_from_squeue(tmp_path, monkeypatch):
-    """squeue's output formats (``-o %T|%r|%P``, ``-o %i``) as documented in squeue(1); a fake
-    squeue stands at the subprocess boundary (a queue with three pending jobs in a fixed order
-    is not something the mini-cluster produces on demand)."""
-    fake = tmp_path / "squeue"
-    fake.write_text("#!/bin/sh\ncase \"$*\" in\n  *-j*) echo 'PENDING|Resources|debug' ;;\n"
-                    "  *) printf '7\\n12\\n9\\n' ;;\nesac\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert pending_reason("12") == "Resources, 2nd of 3 pending in partition debug"
-    line = describe("PENDING", backend="slurm", job_id="12", info={}, latest=None)
-    assert line == "PENDING (Resources, 2nd of 3 pending in partition debug)"
-    assert pending_reason("99") == "Resources"  # not in the list: the reason alone
 
 
 # --- a real run -------------------------------------------------------------------------------

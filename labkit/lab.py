@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from labkit._logging import log
-from labkit.config import RunConfig
+from labkit.config import RunConfig, require_config
 from labkit.errors import LabkitError, SubmissionError
 from labkit.paths import run_root
 
@@ -61,6 +61,19 @@ def _finished_same_run(cfg: RunConfig, d: Path) -> Path | None:
     return d if same and ok and (d / "job.json").exists() else None
 
 
+def _check_args(where: str, *, flags: dict[str, Any], seconds: dict[str, Any],
+                counts: dict[str, Any] | None = None) -> None:
+    """One LabkitError naming every argument of the wrong kind (before anything is submitted)."""
+    bad = [f"{k}={v!r} must be True or False" for k, v in flags.items() if not isinstance(v, bool)]
+    bad += [f"{k}={v!r} must be a number of seconds > 0 (e.g. 600), or None"
+            for k, v in seconds.items() if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"))]
+    bad += [f"{k}={v!r} must be a whole number >= 1" for k, v in (counts or {}).items()
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    if bad:
+        raise LabkitError(f"{where}: " + "; ".join(bad))
+
+
 def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: bool = True,
            progress: bool = True, timeout: float | None = None, resume: bool = False,
            hang_timeout: float | None = None, cancel_on_interrupt: bool = True) -> Any:
@@ -79,6 +92,10 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
     from labkit.backends.job import JOB_FILE, Job
     from labkit.backends.ownership import NotOwnedError, verify_owned
 
+    cfg = require_config(cfg, "launch()")
+    _check_args("launch()", flags={"reuse": reuse, "wait": wait, "progress": progress,
+                                   "resume": resume, "cancel_on_interrupt": cancel_on_interrupt},
+                seconds={"timeout": timeout, "hang_timeout": hang_timeout})
     d = run_dir_of(cfg, cluster=cluster)
     if (d / JOB_FILE).exists():
         old = Job.load(d)
@@ -107,6 +124,11 @@ def wait_for_iteration(job: Any, iteration: int, *, timeout: float = 600.0,
     """
     from labkit.logs import parse_log
 
+    _check_args("wait_for_iteration()", flags={}, seconds={"timeout": timeout, "poll_s": poll_s},
+                counts={"iteration": iteration})
+    if not hasattr(job, "log_path"):
+        raise LabkitError(f"wait_for_iteration() needs the Job that launch()/submit() returned, "
+                          f"got {type(job).__name__} {repr(job)[:60]}")
     t0 = time.monotonic()
     while True:
         last = 0
@@ -120,7 +142,7 @@ def wait_for_iteration(job: Any, iteration: int, *, timeout: float = 600.0,
             raise job.failure_error(st) if str(st) != "COMPLETED" else LabkitError(
                 f"job {job.job_id} completed at iteration {last} before reaching {iteration}; "
                 f"raise train_iters")
-        if time.monotonic() - t0 > timeout:
+        if timeout is not None and time.monotonic() - t0 > timeout:
             raise LabkitError(f"job {job.job_id} shows iteration {last} after {timeout:.0f} s, "
                               f"waiting for {iteration}; see {job.log_path}")
         time.sleep(poll_s)

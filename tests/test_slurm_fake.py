@@ -57,9 +57,13 @@ class FakeSlurm:
 
 @pytest.fixture
 def fake(monkeypatch):
-    def install(**kw) -> FakeSlurm:
+    """Install a FakeSlurm; the controller probe (a TCP connect) answers "up" unless
+    ``controller_down="HOST:PORT"`` is given."""
+
+    def install(*, controller_down: str | None = None, **kw) -> FakeSlurm:
         f = FakeSlurm(**kw)
         monkeypatch.setattr(slurm_backend, "run_cmd", f)
+        monkeypatch.setattr(slurm_backend, "controller_down", lambda conf, timeout=1.0: controller_down)
         slurm_backend._poll_cache.clear()
         return f
 
@@ -116,6 +120,22 @@ def test_status_with_slurm_down_answers_from_the_records(fake, run_root, capsys)
     rows = json.loads(capsys.readouterr().out)
     assert [(r["name"], r["state"]) for r in rows] == [("gone", "UNKNOWN")]
     assert [c[0] for c in f.calls] == ["squeue"]  # one question to a controller that is down
+
+
+def test_a_dead_controller_is_named_and_squeue_never_asked(fake, run_root, capsys):
+    from labkit.cli import main
+
+    fake(squeue_out="4242|RUNNING|dead\n")
+    job = submit(RunConfig(name="dead"), backend="slurm", cluster=PROFILE)
+    f = fake(controller_down="10.9.9.9:6817")
+    with pytest.raises(LabkitError, match="cannot cancel Slurm job 4242.*10.9.9.9:6817 is not"):
+        job.cancel()
+    (run_root / "dead" / "exit_code").write_text("1\n")  # the job script's own record
+    assert main(["status", "--json"]) == 0
+    out = capsys.readouterr()
+    assert [(r["name"], r["state"]) for r in json.loads(out.out)] == [("dead", "FAILED")]
+    assert "the Slurm controller at 10.9.9.9:6817 is not answering" in out.err
+    assert "labkit cluster up" in out.err and f.calls == []  # no squeue, scontrol or sacct wait
 
 
 def test_exit_code_tells_failed(fake, run_root):

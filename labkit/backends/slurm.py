@@ -17,6 +17,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -116,13 +117,63 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
                info={"slurm_conf": cluster.slurm_conf, "cluster": cluster.name})
 
 
+# --- the controller ----------------------------------------------------------------------------
+def controllers(conf: str | None) -> list[tuple[str, int]]:
+    """(address, port) of each controller the slurm.conf in use names (``conf``, else
+    $SLURM_CONF, else /etc/slurm/slurm.conf); [] when that file cannot be read or names none
+    (a configless site: then only squeue can tell)."""
+    path = conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    keys: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep and value.strip():
+            keys.setdefault(key.strip().lower(), []).append(value.strip().split()[0])
+    port = (keys.get("slurmctldport") or ["6817"])[-1].split("-")[0]
+    # SlurmctldHost=name(address); the older ControlMachine/ControlAddr pair names one.
+    hosts = [m.group(2) or m.group(1) for h in keys.get("slurmctldhost", [])
+             if (m := re.fullmatch(r"([^(]+)(?:\((.+)\))?", h))]
+    if not hosts and (keys.get("controladdr") or keys.get("controlmachine")):
+        hosts = (keys.get("controladdr") or keys["controlmachine"])[-1:]
+    return [(h, int(port)) for h in hosts] if port.isdigit() else []
+
+
+def controller_down(conf: str | None, timeout: float = 1.0) -> str | None:
+    """``"HOST:PORT"`` when no controller of the slurm.conf in use accepts a TCP connection
+    within ``timeout`` seconds; None when one does, or when the file names none. Asked before
+    squeue, which waits about 9 s on a dead controller (tests replace this function)."""
+    tried = controllers(conf)
+    for host, port in tried:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return None
+        except OSError:
+            continue
+    return ", ".join(f"{h}:{p}" for h, p in tried) or None
+
+
+def _down_hint(where: str) -> str:
+    return (f"the Slurm controller at {where} is not answering (fix: on this machine `sudo labkit "
+            f"cluster up`; on a site, `scontrol ping` and ask its admins)")
+
+
 # --- state -------------------------------------------------------------------------------------
 def _squeue(conf: str | None) -> dict[str, tuple[str, str]] | None:
-    """{job id: (Slurm state, job name)} for this user's jobs, or None if squeue failed."""
+    """{job id: (Slurm state, job name)} for this user's jobs, or None if squeue failed (or
+    the controller does not accept a connection: then squeue is not asked)."""
     now = time.time()
     hit = _poll_cache.get(conf)
     if hit and now - hit[0] < POLL_TTL:
         return hit[1]
+    down = controller_down(conf)
+    if down:
+        warn_once(f"{_down_hint(down)}; showing what the runs' own exit_code files say, UNKNOWN "
+                  f"where there is none")
+        _poll_cache[conf] = (now, None)
+        return None
     p = run_cmd(["squeue", "--noheader", "-u", getpass.getuser(), "-t", "all", "-o", "%i|%T|%j"],
                 slurm_conf=conf)
     if p.returncode:
@@ -190,6 +241,10 @@ def states(jobs: list[Job]) -> dict[str, JobState]:
 def cancel(job: Job) -> None:
     """``scancel JOBID`` after checking that Slurm's job of that id is this run's job."""
     conf = job.info.get("slurm_conf")
+    down = controller_down(conf)
+    if down:
+        raise LabkitError(f"cannot cancel Slurm job {job.job_id} (run {job.name!r}): "
+                          f"{_down_hint(down)}")
     rec = (_squeue(conf) or {}).get(job.job_id) or _scontrol(conf, job.job_id)
     if rec is None:
         raise LabkitError(f"Slurm does not know job {job.job_id} (run {job.name!r}) any more; "

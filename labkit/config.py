@@ -230,12 +230,22 @@ class RunConfig:
         return cls(**{**PRESETS[preset], **overrides})
 
     @classmethod
-    def for_profile(cls, profile: str, **overrides: Any) -> RunConfig:
-        """A run for a notebook profile: ``cpu`` (tiny GPT, gloo) or ``gpu`` (GPT-2, NCCL, bf16)."""
+    def for_profile(cls, profile: str, *, cluster: Any = None, **overrides: Any) -> RunConfig:
+        """A run for a notebook profile: ``cpu`` (tiny GPT, gloo) or ``gpu`` (GPT-2, NCCL, bf16).
+
+        A run on GPUs takes the site's ``gpu_memory_gb`` and ``gpus_per_node`` from ``cluster``
+        (a ClusterProfile, a YAML path or a name; None: ``labkit.site.resolve_cluster``'s
+        default) where the site sets them; the profile's values (80 GB, 8 GPUs per node) are
+        the defaults, and ``overrides`` win over both.
+        """
         if profile not in PROFILES:
             raise ConfigError(f"unknown profile {profile!r}; profiles are: {', '.join(PROFILES)}")
         base = dict(PROFILES[profile])
         preset = base.pop("preset")
+        if overrides.get("device", base.get("device")) == "cuda":
+            from labkit.site import resolve_cluster
+
+            base.update(resolve_cluster(cluster).gpu_defaults())
         return cls.from_preset(preset, **{**base, **overrides})
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,6 +26,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # Notebook profiles: papermill picks one with -p profile cpu|gpu (notebooks/README.md).
+# On the gpu profile, gpus_per_node and gpu_memory_gb are only defaults: a site profile that
+# gives its own (ClusterProfile.gpus_per_node, .gpu_memory_gb) wins (RunConfig.for_profile).
 PROFILES: dict[str, dict[str, Any]] = {
     "cpu": dict(preset="tiny", device="cpu", precision="fp32", nodes=2, gpus_per_node=2,
                 micro_batch_size=2, global_batch_size=8, gpu_memory_gb=80.0),

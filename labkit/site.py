@@ -73,6 +73,9 @@ class ClusterProfile:
     gpu_memory_gb: float | None = None
     """Memory of one GPU of the site in GB (e.g. 80 for an H100 80GB); the planner's budget
     under the ``gpu`` profile. None: the profile's default."""
+    gpus_per_node: int | None = None
+    """GPUs of one node of the site (e.g. 8); the ``gpu`` profile's GPUs per node when a run
+    does not give its own. None: the profile's default."""
     master_addr_from: str = "hostname"
     """``hostname``: the head node's name; ``nodeaddr``: its Slurm NodeAddr (the mini-cluster,
     whose nodes share one hostname)."""
@@ -116,6 +119,16 @@ class ClusterProfile:
             d[n] = list(d[n])
         d["hosts"] = [dict(h) for h in self.hosts]
         return d
+
+    def gpu_defaults(self) -> dict[str, Any]:
+        """What the site says about its GPUs, for a run on them (``RunConfig.for_profile``):
+        ``gpu_memory_gb`` and ``gpus_per_node`` where the profile sets them."""
+        out: dict[str, Any] = {}
+        if self.gpu_memory_gb is not None:
+            out["gpu_memory_gb"] = float(self.gpu_memory_gb)
+        if self.gpus_per_node is not None:
+            out["gpus_per_node"] = self.gpus_per_node
+        return out
 
     def run_root_path(self, user: str | None = None) -> Path | None:
         """``run_root`` with ``{user}`` filled in (default: the Unix user running this process,
@@ -166,6 +179,9 @@ def _check(p: ClusterProfile) -> list[str]:
     if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))
                           or not 0 < g <= 100_000):
         out.append(f"gpu_memory_gb={g!r:.40} must be a positive number of GB (e.g. 80) or null")
+    n = p.gpus_per_node
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= 1024):
+        out.append(f"gpus_per_node={n!r:.40} must be a positive whole number (e.g. 8) or null")
     if p.gpu_request not in GPU_REQUESTS:
         out.append(f"gpu_request={p.gpu_request!r} is not one of {list(GPU_REQUESTS)}")
     if p.master_addr_from not in MASTER_ADDR_FROM:
@@ -244,6 +260,12 @@ def current_user() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid without a passwd entry (some containers)
         return str(os.getuid())
+
+
+def slurm_job_name(run: str, user: str | None = None) -> str:
+    """The Slurm job name of run ``run``: ``labkit-<user>-<run>``, so that ``squeue`` says whose
+    labkit job it is (default: the Unix user running this process)."""
+    return f"labkit-{user or current_user()}-{run}"
 
 
 def load_cluster(path_or_name: str | Path) -> ClusterProfile:

@@ -36,8 +36,8 @@ versions()
 # %%
 from labkit.config import RunConfig
 
-cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
-                            gpus_per_node=gpus_per_node, train_iters=train_iters)
+cfg = RunConfig.for_profile(profile, cluster=cluster, name=run_name, backend=backend,
+                            nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 print(cfg.summary())
 
 # %% [markdown]
@@ -57,17 +57,18 @@ check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size
 #
 # labkit renders the script it will run; read it before you submit. On Slurm it is an sbatch
 # script (`#SBATCH` lines, then `srun torchrun ... pretrain_gpt.py --config config.json`); with
-# the local backend, one `torchrun` per simulated node on this machine.
+# the local backend, one `torchrun` per simulated node on this machine. Its paths are the run
+# directory `launch` submits in (`run_dir_of`: on a shared site, your own run root).
 
 # %%
+from labkit.lab import run_dir_of
 from labkit.site import resolve_cluster
-from labkit.paths import run_root
 from labkit.render import render_local, render_sbatch
 
 if backend == "slurm":
-    print(render_sbatch(cfg, resolve_cluster(cluster), run_root() / cfg.name))
+    print(render_sbatch(cfg, resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster)))
 else:
-    print(render_local(cfg, run_root() / cfg.name))
+    print(render_local(cfg, run_dir_of(cfg, cluster=cluster)))
 
 # %% [markdown]
 # ## 3 Submit and wait

@@ -36,8 +36,8 @@ versions()
 # %%
 from labkit.config import RunConfig
 
-one = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=1,
-                            gpus_per_node=gpus_per_node, train_iters=train_iters)
+one = RunConfig.for_profile(profile, cluster=cluster, name=one_node_run, backend=backend,
+                            nodes=1, gpus_per_node=gpus_per_node, train_iters=train_iters)
 two = one.replace(name=run_name, nodes=nodes, global_batch_size=one.global_batch_size * nodes,
                   nccl_debug=profile == "gpu")  # NCCL_DEBUG=INFO: notebook 03 reads its lines
 print(two.summary())
@@ -46,14 +46,15 @@ print(two.summary())
 # ## 2 The sbatch script of a 2-node job
 #
 # `--nodes=2` and one task per node: `srun` starts one `torchrun` per node, and each `torchrun`
-# starts `gpus_per_node` ranks that meet at the head node (`MASTER_ADDR`).
+# starts `gpus_per_node` ranks that meet at the head node (`MASTER_ADDR`). The paths are the
+# run directory `launch` submits in (`run_dir_of`).
 
 # %%
+from labkit.lab import run_dir_of
 from labkit.site import resolve_cluster
-from labkit.paths import run_root
 from labkit.render import render_sbatch
 
-script = render_sbatch(two, resolve_cluster(cluster), run_root() / two.name)
+script = render_sbatch(two, resolve_cluster(cluster), run_dir_of(two, cluster=cluster))
 print("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "srun", "  "))))
 
 # %% [markdown]

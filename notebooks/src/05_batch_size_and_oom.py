@@ -17,8 +17,8 @@ train_iters = 10  # iterations per run; keep it small on CPU
 gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
 one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
-memory_limit_gb = 1.0  # per-rank memory cap of the OOM demo (CPU: a real address-space limit)
-oom_micro_batch = 128  # a micro batch that does not fit under memory_limit_gb
+memory_limit_gb = 1.0  # CPU only: per-rank cap of the OOM demo; on GPUs the budget is the GPU's memory
+oom_micro_batch = 128  # a micro batch that does not fit the budget (doubled on a GPU where it would)
 run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -39,8 +39,8 @@ versions()
 from labkit.config import RunConfig
 from labkit.lab import launch
 
-base = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=nodes,
-                             gpus_per_node=gpus_per_node, train_iters=train_iters)
+base = RunConfig.for_profile(profile, cluster=cluster, name=one_node_run, backend=backend,
+                             nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 gbs = max(micro_batches) * base.dp
 jobs = []
 for m in micro_batches:
@@ -101,26 +101,38 @@ throughput(df, by="micro_batch_size", gpu_model=gpu_model)
 # ## 2 What fits? Ask the planner
 #
 # The planner adds up weights, gradients, optimizer state, activations and logits per rank.
-# With `memory_limit_gb` on CPU, the engine caps what a process may allocate after building the
-# model, so the planner counts what comes later (optimizer moments, activations, logits).
+# The budget is what one rank may use: on GPUs the GPU's memory (`gpu_memory_gb`, from the
+# site profile when it says), on CPU `memory_limit_gb`: there the engine caps what a process
+# may allocate after building the model, so the planner counts what comes later (optimizer
+# moments, activations, logits).
 
 # %%
 from labkit.planner import plan
 
+cap = {"memory_limit_gb": memory_limit_gb} if base.device == "cpu" else {}
+budget_gb = memory_limit_gb if cap else base.gpu_memory_gb
+print(f"budget: {budget_gb:g} GB per rank")
+
+
+def planned(m: int):
+    return plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp, **cap))
+
+
+while planned(oom_micro_batch).fits:  # a GPU with more memory than this demo expects
+    oom_micro_batch *= 2
 sizes = sorted({1, 2, 4, 8, 16, 32, 64, oom_micro_batch})
-need = {m: plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp,
-                             memory_limit_gb=memory_limit_gb)).required_gb for m in sizes}
+need = {m: planned(m).required_gb for m in sizes}
 {m: f"{gb:.3f} GB" for m, gb in need.items()}
 
 # %% [markdown]
-# **Exercise 2.1**: what is the largest micro batch (of those above) that fits under
-# `memory_limit_gb`?
+# **Exercise 2.1**: what is the largest micro batch (of those above) that fits the budget
+# (`budget_gb`)?
 
 # %%
 from labkit.exercises import FIXME, check_max_micro_batch
 
-largest_fitting = max([m for m, gb in need.items() if gb <= memory_limit_gb], default=None)  # EXERCISE
-check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=memory_limit_gb)
+largest_fitting = max([m for m, gb in need.items() if gb <= budget_gb], default=None)  # EXERCISE
+check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=budget_gb)
 
 # %% [markdown]
 # ## 3 A micro batch that does not fit
@@ -130,7 +142,7 @@ check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=mem
 # %%
 oom_cfg = base.replace(name=f"{run_prefix}_oom", micro_batch_size=oom_micro_batch,
                        global_batch_size=oom_micro_batch * base.dp,
-                       memory_limit_gb=memory_limit_gb, train_iters=min(train_iters, 3))
+                       train_iters=min(train_iters, 3), **cap)
 oom_plan = plan(oom_cfg)
 print(oom_plan.summary())
 assert not oom_plan.fits, "the planner should predict that this micro batch does not fit"

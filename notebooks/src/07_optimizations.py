@@ -33,8 +33,8 @@ from labkit.config import RunConfig
 from labkit.planner import plan
 from labkit.lab import launch
 
-base = RunConfig.for_profile(profile, name=one_node_run, backend=backend, nodes=nodes,
-                             gpus_per_node=gpus_per_node, train_iters=train_iters)
+base = RunConfig.for_profile(profile, cluster=cluster, name=one_node_run, backend=backend,
+                             nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 print(plan(base).summary())
 
 # %% [markdown]

@@ -336,3 +336,36 @@ def plot_memory_timeline(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.set(xlabel="time (ms)", ylabel="allocated tensors (MB)", title="memory over the first steps")
     ax.legend(fontsize=8, loc="upper left")
     return ax
+
+
+_CATEGORY_COLORS = {"parameter": "darkgreen", "optimizer_state": "goldenrod", "input": "black",
+                    "temporary": "mediumpurple", "activation": "tab:red", "gradient": "tab:blue",
+                    "autograd_detail": "royalblue", "unknown": "0.6"}
+
+
+def plot_memory_categories(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
+    """Memory of training steps by category, stacked, with each step's start marked.
+
+    ``df``: ``labkit.step_memory.profile_training_steps`` (``time_ms``, ``step``, ``phase`` and a
+    ``<category>_mb`` column per torch.profiler category). Categories that stay zero are left out.
+    """
+    _need(df, "time_ms", "step", "phase", what="plot_memory_categories")
+    cols = [c for c in df.columns if c.endswith("_mb") and df[c].max() > 0]
+    if not cols:
+        raise LabkitError("plot_memory_categories: no <category>_mb column above zero")
+    ax = _ax(ax, (10, 3.5))
+    d = df.sort_values("time_ms", kind="stable")
+    names = [c[:-3] for c in cols]
+    ax.stackplot(d["time_ms"], *[d[c] for c in cols], step="post", linewidth=0,
+                 labels=[n.replace("_", " ") for n in names],
+                 colors=[_CATEGORY_COLORS.get(n, "0.4") for n in names])
+    run = (d["phase"] != d["phase"].shift()).cumsum()
+    for _, g in d.groupby(run):
+        if g["phase"].iloc[0]:
+            ax.text(g["time_ms"].iloc[0], 1.0, f"{g['phase'].iloc[0][0].upper()}{g['step'].iloc[0]}",
+                    transform=ax.get_xaxis_transform(), fontsize=7, va="bottom")
+            ax.axvline(g["time_ms"].iloc[0], color="0.3", linewidth=0.5, linestyle=":")
+    ax.set(xlabel="time (ms)", ylabel="tensor memory (MB)",
+           title="memory by category over the steps (F forward, B backward, O optimizer)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax

@@ -24,7 +24,7 @@ from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.hosts import Host, cluster_hosts
 from labkit.paths import CODE_DIR, default_torchrun
-from labkit.site import ClusterProfile
+from labkit.site import ClusterProfile, slurm_job_name
 
 TEMPLATE_DIR = CODE_DIR / "templates"
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
@@ -81,7 +81,7 @@ def sbatch_options(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: 
     """The ``--option=value`` list of the job (also given to sbatch on its command line)."""
     spec = as_spec(spec)
     cpus = cluster.cpus_per_task or spec.gpus_per_node
-    opts = [f"--job-name={spec.name}", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
+    opts = [f"--job-name={slurm_job_name(spec.name)}", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}"]
     if spec.device == "cuda":
         if cluster.gpu_request == "gres":

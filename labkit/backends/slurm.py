@@ -8,8 +8,10 @@ Why this order: squeue lists live jobs (and, with ``-t all``, finished ones for 
 ``scontrol show job`` keeps a finished job a little longer; ``exit_code`` is written by the job
 script itself, so a COMPLETED/FAILED answer never depends on accounting; sacct comes last
 because a cluster without slurmdbd (like the mini-cluster) answers "accounting storage is
-disabled". A Slurm job whose name is not the run's name is not ours: a job id can be reused by
-a restarted controller, and labkit must never act on someone else's job.
+disabled". Jobs are named ``labkit-<user>-<run>`` (``labkit.site.slurm_job_name``), so that
+``squeue`` says whose they are; the record keeps the name sbatch was given. A Slurm job whose
+name is not that name is not ours: a job id can be reused by a restarted controller, and labkit
+must never act on someone else's job.
 """
 
 from __future__ import annotations
@@ -113,8 +115,18 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
         raise SubmissionError(f"sbatch answered {p.stdout.strip()!r}, not a job id; "
                               f"stderr: {p.stderr.strip()}")
+    name = next(o.split("=", 1)[1] for o in opts if o.startswith("--job-name="))
     return Job(job_id=job_id, name=spec.name, run_dir=run_dir, backend="slurm",
-               info={"slurm_conf": cluster.slurm_conf, "cluster": cluster.name})
+               info={"slurm_conf": cluster.slurm_conf, "cluster": cluster.name,
+                     "slurm_job_name": name})
+
+
+def job_name(job: Job) -> str:
+    """The Slurm job name of a labkit job: the one sbatch was given, as its record keeps it
+    (``labkit-<user>-<run>``); for a record without it (labkit named jobs by the run's name
+    alone before), the run's name."""
+    name = job.info.get("slurm_job_name")
+    return name if isinstance(name, str) and name else job.name
 
 
 # --- the controller ----------------------------------------------------------------------------
@@ -226,7 +238,7 @@ def states(jobs: list[Job]) -> dict[str, JobState]:
         rec = live.get(j.job_id) if live is not None else None
         if rec is None and live is not None:  # squeue failing means scontrol would wait too
             rec = _scontrol(conf, j.job_id)
-        if rec is not None and rec[1] == j.name:
+        if rec is not None and rec[1] == job_name(j):
             out[j.job_id] = _map(rec[0])
             continue
         code = j.exit_code()
@@ -249,9 +261,10 @@ def cancel(job: Job) -> None:
     if rec is None:
         raise LabkitError(f"Slurm does not know job {job.job_id} (run {job.name!r}) any more; "
                           f"nothing to cancel")
-    if rec[1] != job.name:
-        raise LabkitError(f"Slurm job {job.job_id} is named {rec[1]!r}, not run {job.name!r}: "
-                          f"it is not the job labkit submitted, so labkit left it alone")
+    if rec[1] != job_name(job):
+        raise LabkitError(f"Slurm job {job.job_id} is named {rec[1]!r}, not {job_name(job)!r} "
+                          f"(run {job.name!r}): it is not the job labkit submitted, so labkit "
+                          f"left it alone")
     p = run_cmd(["scancel", job.job_id], slurm_conf=conf)
     _poll_cache.clear()
     if p.returncode:

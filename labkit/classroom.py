@@ -197,14 +197,17 @@ def student_roots(cluster: ClusterProfile | str | Path | None = None) -> dict[st
 def _class_states(jobs: list[Job]) -> dict[str, JobState]:
     """States of every student's jobs. The backends answer for the caller's own jobs only, so
     Slurm jobs are read here from one ``squeue`` of all users: a job counts as the record's
-    only when Slurm's job of that id has the run's name and belongs to the record's owner."""
+    only when Slurm's job of that id has the record's job name (``labkit-<user>-<run>``) and
+    belongs to the record's owner."""
+    from labkit.backends.slurm import job_name
+
     slurm = [j for j in jobs if j.backend == "slurm"]
     out = job_states([j for j in jobs if j.backend != "slurm"])
     tables = {conf: _squeue_all(conf) for conf in {j.info.get("slurm_conf") for j in slurm}}
     for j in slurm:
         rec = tables[j.info.get("slurm_conf")].get(j.job_id)
         uid = _owner_uid(j.run_dir)
-        if rec is not None and rec[1] == j.name and rec[2] == uid:
+        if rec is not None and rec[1] == job_name(j) and rec[2] == uid:
             out[j.job_id] = _slurm_map(rec[0])
         elif (code := j.exit_code()) is not None:
             out[j.job_id] = JobState.COMPLETED if code == 0 else JobState.FAILED
@@ -239,16 +242,16 @@ def _owner_uid(run_dir: Path) -> int | None:
 
 
 def _class_cancel(job: Job) -> None:
-    """Cancel a student's job as root: Slurm's job of that id must still have the run's name
-    and the record owner's uid (checked again right before ``scancel``)."""
+    """Cancel a student's job as root: Slurm's job of that id must still have the record's job
+    name and the record owner's uid (checked again right before ``scancel``)."""
     if job.backend != "slurm":
         job.cancel()
         return
-    from labkit.backends.slurm import run_cmd
+    from labkit.backends.slurm import job_name, run_cmd
 
     conf = job.info.get("slurm_conf")
     rec = _squeue_all(conf).get(job.job_id)
-    if rec is None or rec[1] != job.name or rec[2] != _owner_uid(job.run_dir):
+    if rec is None or rec[1] != job_name(job) or rec[2] != _owner_uid(job.run_dir):
         raise LabkitError(f"Slurm job {job.job_id} is not run {job.name!r} of "
                           f"{owner(job.run_dir)} any more; left alone")
     p = run_cmd(["scancel", job.job_id], slurm_conf=conf)

@@ -26,6 +26,13 @@ CFG_CPU = RunConfig(name="tp2pp2", nodes=2, gpus_per_node=2, tensor_model_parall
                     pipeline_model_parallel_size=2)
 CFG_GPU = RunConfig.for_profile("gpu", name="gpt2_tp2", tensor_model_parallel_size=2,
                                 nccl_debug=True)
+@pytest.fixture(autouse=True)
+def _student(monkeypatch):
+    """Job names carry the Unix user (labkit-<user>-<run>): the goldens are rendered as one
+    fixed user, whoever runs the tests."""
+    monkeypatch.setattr("labkit.site.current_user", lambda: "student")
+
+
 MINI = load_cluster("local-minicluster").replace(torchrun="/opt/venv/bin/torchrun",
                                                  code_dir="/opt/labkit/code",
                                                  slurm_conf="/var/lib/labkit-slurm/slurm.conf")

@@ -16,9 +16,14 @@ from labkit.backends import slurm as slurm_backend
 from labkit.backends.slurm import SLURM_STATES, _map
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
-from labkit.site import ClusterProfile
+from labkit.site import ClusterProfile, slurm_job_name
 
 PROFILE = ClusterProfile(name="fake", partition="lab", time_limit="00:05:00")
+
+
+def queued(run: str, state: str = "RUNNING") -> str:
+    """squeue's line (%i|%T|%j) for this user's labkit job of run ``run``."""
+    return f"4242|{state}|{slurm_job_name(run)}\n"
 
 
 class FakeSlurm:
@@ -90,7 +95,7 @@ def test_no_sbatch_on_path(fake, run_root):
 
 
 def test_submit_records_the_job(fake, run_root):
-    f = fake(squeue_out="4242|PENDING|rec\n")
+    f = fake(squeue_out=queued("rec", "PENDING"))
     job = submit(RunConfig(name="rec"), backend="slurm", cluster=PROFILE)
     assert job.job_id == "4242" and job.state() is JobState.PENDING
     sb = next(c for c in f.calls if c[:2] == ["sbatch", "--parsable"])
@@ -99,7 +104,7 @@ def test_submit_records_the_job(fake, run_root):
 
 
 def test_squeue_unreachable_degrades(fake, run_root, caplog):
-    fake(squeue_out="4242|RUNNING|down\n")
+    fake(squeue_out=queued("down"))
     job = submit(RunConfig(name="down"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_rc=1)
     assert job.state() is JobState.UNKNOWN  # never guessed
@@ -113,7 +118,7 @@ def test_squeue_unreachable_degrades(fake, run_root, caplog):
 def test_status_with_slurm_down_answers_from_the_records(fake, run_root, capsys):
     from labkit.cli import main
 
-    fake(squeue_out="4242|RUNNING|gone\n")
+    fake(squeue_out=queued("gone"))
     submit(RunConfig(name="gone"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_rc=1)
     assert main(["status", "--json"]) == 0
@@ -125,7 +130,7 @@ def test_status_with_slurm_down_answers_from_the_records(fake, run_root, capsys)
 def test_a_dead_controller_is_named_and_squeue_never_asked(fake, run_root, capsys):
     from labkit.cli import main
 
-    fake(squeue_out="4242|RUNNING|dead\n")
+    fake(squeue_out=queued("dead"))
     job = submit(RunConfig(name="dead"), backend="slurm", cluster=PROFILE)
     f = fake(controller_down="10.9.9.9:6817")
     with pytest.raises(LabkitError, match="cannot cancel Slurm job 4242.*10.9.9.9:6817 is not"):
@@ -139,7 +144,7 @@ def test_a_dead_controller_is_named_and_squeue_never_asked(fake, run_root, capsy
 
 
 def test_exit_code_tells_failed(fake, run_root):
-    fake(squeue_out="4242|RUNNING|ec\n")
+    fake(squeue_out=queued("ec"))
     job = submit(RunConfig(name="ec"), backend="slurm", cluster=PROFILE)
     fake(squeue_out="")  # Slurm forgot it (MinJobAge passed)
     (job.run_dir / "exit_code").write_text("1\n")
@@ -147,7 +152,7 @@ def test_exit_code_tells_failed(fake, run_root):
 
 
 def test_same_id_other_name_is_not_ours(fake, run_root):
-    fake(squeue_out="4242|RUNNING|mine\n")
+    fake(squeue_out=queued("mine"))
     job = submit(RunConfig(name="mine"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_out="4242|RUNNING|someone_else\n",
              scontrol_rc=0, scontrol_out="JobId=4242 JobName=someone_else UserId=bob(1000) "
@@ -159,13 +164,13 @@ def test_same_id_other_name_is_not_ours(fake, run_root):
 
 
 def test_scontrol_fallback_and_cancel_calls_only_that_id(fake, run_root):
-    fake(squeue_out="4242|RUNNING|sc\n")
+    fake(squeue_out=queued("sc"))
     job = submit(RunConfig(name="sc"), backend="slurm", cluster=PROFILE)
     f = fake(squeue_out="", scontrol_rc=0,
-             scontrol_out="JobId=4242 JobName=sc UserId=root(0) GroupId=root(0) "
+             scontrol_out=f"JobId=4242 JobName={slurm_job_name('sc')} UserId=root(0) GroupId=root(0) "
                           "JobState=TIMEOUT Reason=TimeLimit\n")
     assert job.state() is JobState.TIMEOUT
-    f = fake(squeue_out="4242|RUNNING|sc\n")
+    f = fake(squeue_out=queued("sc"))
     job._final = None
     job.cancel()
     assert ["scancel", "4242"] in f.calls
@@ -173,7 +178,7 @@ def test_scontrol_fallback_and_cancel_calls_only_that_id(fake, run_root):
 
 
 def test_a_program_with_arguments_is_submitted_as_a_jobspec(fake, run_root, tmp_path):
-    f = fake(squeue_out="4242|PENDING|bw\n")
+    f = fake(squeue_out=queued("bw", "PENDING"))
     prog = tmp_path / "bench.py"
     job = submit(JobSpec("bw", nodes=2, gpus_per_node=2), backend="slurm", cluster=PROFILE,
                  program=prog, program_args=["-b", "1K", "--json-out", "{run_dir}/out.jsonl"])
@@ -182,7 +187,7 @@ def test_a_program_with_arguments_is_submitted_as_a_jobspec(fake, run_root, tmp_
     script = (d / "job.sh").read_text()
     assert f"export PROGRAM={prog}" in script
     assert f"\"$PROGRAM\" \"$@\"' program -b 1K --json-out {d}/out.jsonl\n" in script
-    assert "#SBATCH --nodes=2" in script and "#SBATCH --job-name=bw" in script
+    assert "#SBATCH --nodes=2" in script and f"#SBATCH --job-name={slurm_job_name('bw')}" in script
     assert Job.load(d).info["program_args"] == ["-b", "1K", "--json-out", f"{d}/out.jsonl"]
     assert job.state() is JobState.PENDING and any(c[0] == "sbatch" for c in f.calls)
 

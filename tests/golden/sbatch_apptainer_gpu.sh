@@ -5,7 +5,7 @@
 # `sbatch job.sh` (or labkit's submit). To change the run, change the RunConfig, not this file.
 #
 # ---- Parameters: what Slurm allocates (one task per node; torchrun starts the processes) ----
-#SBATCH --job-name=gpt2_tp2
+#SBATCH --job-name=labkit-student-gpt2_tp2
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=8

@@ -3,14 +3,21 @@
 Each process writes what it finds to ``<out>/rank-<r>.json`` in the run root, after every
 phase, so a probe killed half-way still says how far it got:
 
-1. ``node``: host name, open-file limit, GPUs, network interfaces, NCCL/GLOO_SOCKET_IFNAME.
+1. ``node``: host name, open-file limit, GPUs, network interfaces, NCCL/GLOO_SOCKET_IFNAME,
+   and (with ``--data``) the dataset's ``.bin``/``.idx`` and the tokenizer files: present,
+   readable from first to last byte, their sizes, the ``.idx`` header.
 2. ``run_root``: write a file into the run root and read it back; rank 0 publishes its ports
    there and the others read them (a run root that is not shared stops them here).
 3. ``master``: resolve MASTER_ADDR, find the interface the route to it leaves by, connect to a
    TCP port rank 0 listens on, and estimate the clock offset from rank 0 (NTP-style).
 4. ``allreduce``: a tiny gloo all-reduce over all probes (the "does it hang" test).
 
-    python code/doctor_probe.py --out DIR --rank R --world W [--master-addr A] [--port P]
+    python code/doctor_probe.py --out DIR --rank R --world W [--master-addr A] [--port P] \
+        [--data PREFIX --tokenizer DIR]
+
+On Slurm it is the program of a job script rendered like any other (labkit.render), so it runs
+with the site's modules, container, environment and sbatch options; rank and world come from
+Slurm, and MASTER_ADDR is worked out from the job's nodes as the job script does.
 
 It imports only the standard library and torch: the nodes need no labkit.
 """
@@ -63,6 +70,53 @@ def node_facts() -> dict[str, Any]:
     except (OSError, subprocess.TimeoutExpired):
         facts["gpus_installed"] = None
     return facts
+
+
+# Megatron's indexed dataset: MMIDIDX + two NUL bytes, version (u64), dtype code (u8), sequences (u64).
+IDX_MAGIC = b"MMIDIDX\x00\x00"
+IDX_ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 4, 8: 2}  # dtype code -> bytes per token
+
+
+def file_facts(path: Path) -> dict[str, Any]:
+    """Present, readable (its first and last 4 KiB), its size; ``error`` says what is wrong."""
+    rec: dict[str, Any] = {"path": str(path)}
+    try:
+        rec["size"] = path.stat().st_size
+        with path.open("rb") as f:
+            f.read(4096)
+            if rec["size"] > 4096:
+                f.seek(-4096, os.SEEK_END)
+                f.read(4096)
+        rec["readable"] = True
+    except OSError as e:
+        rec["readable"] = False
+        rec["error"] = ("missing" if isinstance(e, FileNotFoundError) else "not readable") + \
+            f" ({e.strerror or type(e).__name__})"
+    return rec
+
+
+def data_facts(prefix: str, tokenizer: str) -> dict[str, Any]:
+    """The dataset (``PREFIX.bin``/``.idx``) and tokenizer (``vocab.json``, ``merges.txt``) as
+    this node sees them: each file's facts, the tokens in ``.bin``, the vocabulary's size."""
+    files = {"bin": Path(prefix + ".bin"), "idx": Path(prefix + ".idx"),
+             "vocab": Path(tokenizer) / "vocab.json", "merges": Path(tokenizer) / "merges.txt"}
+    out: dict[str, Any] = {k: file_facts(p) for k, p in files.items()}
+    if out["idx"]["readable"]:
+        head = files["idx"].read_bytes()[:34]
+        code = head[17] if len(head) > 17 else None
+        if head[:9] != IDX_MAGIC or code not in IDX_ITEMSIZE:
+            out["idx"]["error"] = "not a Megatron indexed dataset (.idx header)"
+        else:
+            out["idx"]["itemsize"] = IDX_ITEMSIZE[code]
+            out["idx"]["sequences"] = struct.unpack("<Q", head[18:26])[0]
+            if out["bin"]["readable"]:
+                out["bin"]["tokens"] = out["bin"]["size"] // IDX_ITEMSIZE[code]
+    if out["vocab"]["readable"]:
+        try:
+            out["vocab"]["entries"] = len(json.loads(files["vocab"].read_text()))
+        except (OSError, ValueError) as e:
+            out["vocab"]["error"] = f"not a JSON vocabulary ({type(e).__name__})"
+    return out
 
 
 def head_node() -> tuple[str | None, str]:
@@ -186,6 +240,9 @@ def allreduce(ip: str, port: int, rank: int, world: int, timeout: float) -> dict
     import torch.distributed as dist
 
     t0 = time.time()
+    # Under torchrun (a job script starts the probe as it starts training), this variable makes
+    # init_process_group join the agent's store instead of serving its own tcp:// one.
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{ip}:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=timeout))
@@ -205,10 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder in the run root for the results")
     ap.add_argument("--rank", type=int, default=int(os.environ.get("SLURM_PROCID", 0)))
     ap.add_argument("--world", type=int, default=int(os.environ.get("SLURM_NTASKS", 1)))
-    ap.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR"))
+    ap.add_argument("--master-addr", help="default: the head node of this Slurm job")
     ap.add_argument("--port", type=int, default=0, help="port to test on rank 0 (0: any free)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds for each phase")
     ap.add_argument("--no-allreduce", action="store_true")
+    ap.add_argument("--data", metavar="PREFIX", help="dataset prefix (without .bin/.idx) to check")
+    ap.add_argument("--tokenizer", metavar="DIR", help="folder of vocab.json + merges.txt")
     a = ap.parse_args(argv)
     out, rank = Path(a.out), a.rank
     rec: dict[str, Any] = {"rank": rank, "world": a.world, "phase": "node", "start": time.time()}
@@ -220,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"doctor_probe rank {rank}: run root {out} not writable: {e}", file=sys.stderr)
         return 3
     rec.update(node_facts())
+    rec["job_master_addr"] = os.environ.get("MASTER_ADDR")  # what the job script exported
+    if a.data:
+        rec["data"] = data_facts(a.data, a.tokenizer or str(Path(a.data).parent / "tokenizer"))
     rec["phase"] = "run_root"
     _write(out, rank, rec)
 

@@ -43,9 +43,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hostfile", metavar="FILE",
                    help="DeepSpeed-style hostfile: check passwordless ssh/pdsh to its hosts")
     p.add_argument("--nodes", type=positive_int, metavar="N",
-                   help="nodes for the probe job (default: the partition's up nodes, at most 8)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds for each phase of the probe (default: 30)")
+                   help="nodes for the probe job (default: as many as the series' multi-node "
+                        "runs use)")
+    p.add_argument("--timeout", type=positive_int, default=120, metavar="S",
+                   help="seconds to wait for the probe job, queue included; then its state and "
+                        "queue reason are shown and it is cancelled (default: 120)")
+    p.add_argument("--class", dest="for_class", action="store_true",
+                   help="instructor: also check the per-user run roots and that --students "
+                        "jobs fit the partition at once")
+    p.add_argument("--students", type=positive_int, metavar="N",
+                   help="with --class: the number of students")
     add_json(p, '{"checks": [{"name", "status", "detail", "fix"}]}')
     p.set_defaults(func=cmd_doctor)
 
@@ -127,7 +134,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
 
     results = run_doctor(args.cluster, hostfile=args.hostfile, nodes=args.nodes,
-                         timeout_s=args.timeout, backend=args.backend)
+                         timeout_s=args.timeout, backend=args.backend, for_class=args.for_class,
+                         students=args.students)
     if args.json:
         show_json(doctor_json(results))
     else:

@@ -1,7 +1,7 @@
 """The checks of ``labkit doctor``: small functions ``(ctx) -> Result``, listed in ``CHECKS``.
 
 Local checks look at this machine. Node checks read what ``code/doctor_probe.py`` found on each
-node (one probe job per doctor run, started by ``Context.probes``): via srun on Slurm, or as
+node (one probe job per doctor run, started by ``Context.probes``): a Slurm job on Slurm, or as
 two local processes on a plain machine.
 """
 
@@ -12,30 +12,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from labkit.doctor import hostchecks
+from labkit.doctor import hostchecks, sitechecks
+from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
 
 if TYPE_CHECKING:
     from labkit.doctor.preflight import Context
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
-SKIP = "SKIP"  # the check does not apply here (no Slurm, no hostfile): neither passed nor failed
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 30.0
 NOFILE_WANT = 4096
-
-
-@dataclass(frozen=True)
-class Result:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
 
 
 def _run(cmd: list[str], ctx: Context, timeout: float = 15) -> subprocess.CompletedProcess | None:
@@ -171,7 +158,7 @@ def check_ulimit(ctx: Context) -> Result:
     import resource
 
     here = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    per_node = {p.get("hostname", "?") + f"#{p['rank']}": p.get("nofile_soft")
+    per_node = {sitechecks.node_name(p): p.get("nofile_soft")
                 for p in ctx.probes().records if p.get("nofile_soft") is not None}
     low = {k: v for k, v in per_node.items() if v < NOFILE_WANT}
     detail = f"here {here}; on the nodes: {per_node or 'no probe results'}"
@@ -230,7 +217,7 @@ CheckFn = Callable[["Context"], Result]
 # --- every node (from the probe) ----------------------------------------------------------
 def _where(ctx: Context) -> str:
     run = ctx.probes()
-    return (f"{run.expected} node(s) via srun" if run.mode == "slurm"
+    return (f"{run.expected} node(s) in Slurm job {run.job_id}" if run.mode == "slurm"
             else f"{run.expected} local probe processes")
 
 
@@ -370,7 +357,9 @@ CHECKS: list[tuple[str, CheckFn]] = [
     ("gpus", check_gpus),
     ("slurm", check_slurm),
     ("accounting", check_accounting),
+    ("probe_job", sitechecks.check_probe_job),
     ("run_root", check_run_root),
+    ("data", sitechecks.check_data),
     ("master", check_master),
     ("clock", check_clock),
     ("ulimit", check_ulimit),
@@ -379,4 +368,9 @@ CHECKS: list[tuple[str, CheckFn]] = [
     ("hostfile_port", check_hostfile_port),
     ("hostfile_interface", check_hostfile_interface),
     ("allreduce", check_allreduce),
+]
+# `labkit doctor --class` (the instructor), after the checks above.
+CLASS_CHECKS: list[tuple[str, CheckFn]] = [
+    ("class_run_root", sitechecks.check_class_run_root),
+    ("class_fit", sitechecks.check_class_fit),
 ]

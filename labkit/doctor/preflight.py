@@ -9,30 +9,19 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from labkit._logging import log
-from labkit.doctor.checks import CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
-from labkit.paths import CODE_DIR, run_root
-from labkit.site import ClusterProfile, load_cluster
+from labkit.doctor.checks import CHECKS, CLASS_CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
+from labkit.doctor.probe import ProbeRun, local_probes, slurm_probe
+from labkit.paths import CODE_DIR, DATA_DIR, run_root
+from labkit.site import CLUSTER_ENV, ClusterProfile, resolve_cluster
 
-__all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json", "CHECKS"]
+DEFAULT_TIMEOUT_S = 120.0
 
-
-@dataclass
-class ProbeRun:
-    """What the per-node probes reported (one record per rank that wrote anything)."""
-
-    mode: str
-    expected: int
-    out: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
-    timed_out: bool = False
-    error: str = ""
-    fix: str = ""
-    seconds: float = 0.0
+__all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json", "CHECKS",
+           "DEFAULT_TIMEOUT_S"]
 
 
 @dataclass
@@ -43,13 +32,39 @@ class Context:
     wants_slurm: bool = False
     hostfile: Path | None = None
     nodes: int | None = None
-    timeout_s: float = 30.0
+    """Nodes of the probe job; None: the nodes the series' runs use (``series_shape``)."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """How long the doctor waits for its probe job in all, the queue included."""
+    students: int | None = None
+    """``--class``: students whose jobs should fit the partition at once (None: say how many do)."""
     _probe: ProbeRun | None = None
     _mode: str | None = None
 
     @property
     def wants_cuda(self) -> bool:
         return self.profile is not None and self.wants_slurm and self.profile.gpu_request != "none"
+
+    @property
+    def phase_s(self) -> float:
+        """Seconds for each phase of the probe (a quarter of the whole wait, at least 5)."""
+        return max(5.0, self.timeout_s / 4)
+
+    def series_shape(self) -> tuple[int, int]:
+        """(nodes, processes per node) of the series' runs on this site: those of
+        ``RunConfig.for_profile`` (``gpu`` where the site has GPUs, else ``cpu``), the
+        shape the notebooks' multi-node runs take; ``nodes`` overrides the node count."""
+        from labkit.config import RunConfig
+
+        cfg = RunConfig.for_profile("gpu" if self.wants_cuda else "cpu")
+        return self.nodes or cfg.nodes, cfg.gpus_per_node
+
+    def data_location(self) -> tuple[Path, Path]:
+        """(dataset prefix, tokenizer folder) the site's jobs read: ``data/`` beside the
+        profile's ``code_dir`` (pretrain_gpt.py reads ``<its folder>/../data``), else this
+        checkout's ``data/``."""
+        base = (Path(self.profile.code_dir).parent / "data"
+                if self.profile is not None and self.profile.code_dir else DATA_DIR)
+        return base / "corpus_text_document", base / "tokenizer"
 
     def slurm_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -83,23 +98,8 @@ def _probe_root(ctx: Context) -> Path:
     return root / ".doctor" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def _slurm_nodes(ctx: Context) -> int:
-    if ctx.nodes:
-        return ctx.nodes
-    cmd = ["sinfo", "-h", "-o", "%D", "-t", "idle,mix,alloc"]
-    if ctx.profile and ctx.profile.partition:
-        cmd += ["-p", ctx.profile.partition]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=15,
-                             env=ctx.slurm_env()).stdout.split()
-        n = sum(int(x) for x in out if x.isdigit())
-    except (OSError, subprocess.TimeoutExpired):
-        n = 0
-    return max(1, min(n or 2, 8))  # every node of a lab-sized partition, at most 8
-
-
 def run_probes(ctx: Context) -> ProbeRun:
-    """Start one probe per node (srun) or two local ones; collect their records."""
+    """Submit the probe job (Slurm) or start two local probes; collect their records."""
     out = _probe_root(ctx)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -107,66 +107,30 @@ def run_probes(ctx: Context) -> ProbeRun:
         return ProbeRun(ctx.mode, 0, out, error=f"cannot create {out}: {e.strerror}",
                         fix="point the run root at a writable shared folder (LABKIT_RUN_ROOT "
                             "or the profile's run_root)")
-    probe = [sys.executable, str(CODE_DIR / "doctor_probe.py"), "--out", str(out),
-             "--timeout", str(ctx.timeout_s)]
+    prefix, tokenizer = ctx.data_location()
+    args = ["--out", str(out), "--timeout", f"{ctx.phase_s:g}", "--data", str(prefix),
+            "--tokenizer", str(tokenizer)]
     port = os.environ.get("MASTER_PORT")
     if port and port.isdigit():
-        probe += ["--port", port]
-    env = ctx.slurm_env()
-    if ctx.mode == "slurm" and ctx.profile is not None:
-        env.update(ctx.profile.env)  # what the profile's job scripts export (GLOO_SOCKET_IFNAME)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    wall = 2 * ctx.timeout_s + 40  # two phases of timeout_s, plus start-up and allocation
-    t0 = time.time()
+        args += ["--port", port]
+    errs: list[str] = []
     if ctx.mode == "slurm":
-        n = _slurm_nodes(ctx)
-        run = ProbeRun("slurm", n, out)
-        env.pop("MASTER_ADDR", None)  # the job finds its head node, as a job script does
-        name = f"labkit-doctor-{out.name[-6:]}"
-        cmd = ["srun", f"--nodes={n}", "--ntasks-per-node=1", f"--job-name={name}",
-               f"--time={max(1, int(wall // 60) + 1)}", "--quit-on-interrupt"]
-        p = ctx.profile
-        if p is not None:
-            cmd += [f"--{k}={v}" for k, v in (("partition", p.partition), ("account", p.account),
-                                              ("qos", p.qos)) if v]
-            if ctx.wants_cuda:  # one GPU per node is enough to see that a job step gets one
-                cmd += ["--gres=gpu:1"] if p.gpu_request == "gres" else ["--gpus-per-node=1"]
-        setup = ([f"module load {m}" for m in p.modules] + list(p.setup)) if p else []
-        if setup:
-            import shlex
-
-            cmd += ["bash", "-c", "; ".join(setup + ["exec " + shlex.join(probe)])]
-        else:
-            cmd += probe
-        log.info(f"doctor: probing {n} node(s) with srun (up to {wall:.0f}s)")
-        try:
-            procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env)]
-        except OSError as e:  # sinfo answers but there is no srun here
-            run.error, run.fix = f"cannot start srun: {e}", "install the Slurm client (srun)"
-            return run
+        n = ctx.series_shape()[0]
+        log.info(f"doctor: probe job on {n} node(s) (waiting up to {ctx.timeout_s:.0f}s)")
+        run = slurm_probe(ctx.profile or ClusterProfile(), out, n, args,
+                          timeout_s=ctx.timeout_s, gpu=ctx.wants_cuda)
     else:
+        env = ctx.slurm_env()
+        env.setdefault("OMP_NUM_THREADS", "1")
         n = 2
         run = ProbeRun("local", n, out)
-        master = os.environ.get("MASTER_ADDR", "127.0.0.1")
         log.info(f"doctor: probing with {n} local processes (no Slurm)")
-        procs = [subprocess.Popen(probe + ["--rank", str(r), "--world", str(n), "--master-addr",
-                                           master], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
-                 for r in range(n)]
-    errs = []
-    for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=max(1.0, wall - (time.time() - t0)))
-        except subprocess.TimeoutExpired:
-            run.timed_out = True
-            proc.kill()
-            _, err = proc.communicate()
-        if proc.returncode not in (0, None) and err.strip():
-            errs.append(err.strip().splitlines()[-1])
-    if run.timed_out and run.mode == "slurm":
-        subprocess.run(["scancel", f"--name={name}"], capture_output=True, env=env)
-    run.seconds = time.time() - t0
+        t0 = time.time()
+        errs, run.timed_out = local_probes(
+            [sys.executable, str(CODE_DIR / "doctor_probe.py"), *args], n,
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), env,
+            max(ctx.timeout_s, 2 * ctx.phase_s + 20))
+        run.seconds = time.time() - t0
     for f in sorted(out.glob("rank-*.json")):
         try:
             run.records.append(json.loads(f.read_text()))
@@ -175,8 +139,7 @@ def run_probes(ctx: Context) -> ProbeRun:
     run.records.sort(key=lambda r: r["rank"])
     if errs and not run.records:
         run.error = "; ".join(dict.fromkeys(errs))[:600]
-        run.fix = ("check that the partition has idle nodes (sinfo), that this Python "
-                   f"({sys.executable}) exists on the nodes, and the profile's setup lines")
+        run.fix = f"check that this Python ({sys.executable}) runs code/doctor_probe.py"
     shutil.rmtree(out, ignore_errors=True)  # our own scratch folder; the results are in run
     try:
         out.parent.rmdir()  # .doctor/, when no other doctor run is using it
@@ -187,31 +150,37 @@ def run_probes(ctx: Context) -> ProbeRun:
 
 def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
                hostfile: str | Path | None = None, nodes: int | None = None,
-               timeout_s: float = 30.0, backend: str | None = None,
-               checks: list[tuple[str, CheckFn]] | None = None) -> list[Result]:
+               timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None,
+               checks: list[tuple[str, CheckFn]] | None = None, for_class: bool = False,
+               students: int | None = None) -> list[Result]:
     """Run the checks and return their results (never raises for a failing check).
 
     Args:
-        cluster: a cluster profile (ClusterProfile, its YAML path or name); None: the
-            mini-cluster's when it is up, else none (local).
+        cluster: a cluster profile (ClusterProfile, its YAML path or name); None:
+            ``$LABKIT_CLUSTER`` when set, else the mini-cluster's when it is up, else none.
         hostfile: DeepSpeed-style hostfile whose hosts need passwordless ssh / pdsh.
-        nodes: nodes for the probe job (default: the partition's up nodes, at most 8).
-        timeout_s: limit for each phase of the probe, the all-reduce included.
+        nodes: nodes for the probe job (default: the nodes the series' runs use).
+        timeout_s: how long to wait for the probe job in all, the queue included; on Slurm
+            the doctor then names the job, its state and queue reason, and cancels it.
         backend: ``slurm`` or ``local`` to force how nodes are probed; None: Slurm when
             sinfo answers.
         checks: a subset of ``CHECKS`` (name, function) pairs.
+        for_class: also the instructor's checks (``CLASS_CHECKS``): the shared run root per
+            user, and ``students`` jobs of the series at once in the partition.
+        students: the class size for ``for_class``.
     """
-    wants_slurm = cluster is not None
-    profile = load_cluster(cluster) if isinstance(cluster, (str, Path)) else cluster
+    site_env = os.environ.get(CLUSTER_ENV, "").strip()
+    wants_slurm = cluster is not None or bool(site_env)
+    profile = resolve_cluster(cluster) if wants_slurm else None
     if profile is None:
         from labkit import minicluster
 
         profile = minicluster.minicluster_cluster() if minicluster.is_up() else None
     ctx = Context(profile=profile, wants_slurm=wants_slurm,
                   hostfile=Path(hostfile) if hostfile else None, nodes=nodes,
-                  timeout_s=timeout_s, _mode=backend)
+                  timeout_s=timeout_s, students=students, _mode=backend)
     results = []
-    for name, fn in checks or CHECKS:
+    for name, fn in (checks or CHECKS) + (CLASS_CHECKS if for_class else []):
         try:
             results.append(fn(ctx))
         except Exception as e:  # a broken check is a finding, not a crash of the doctor

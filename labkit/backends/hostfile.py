@@ -10,8 +10,9 @@ As the gpt-neox, LMFlow and DeepSpeed multi-node guides do: the cluster profile 
 
 ``submit`` checks before anything starts that the job fits the hosts (world size against their
 slots), that the launcher is installed and that every host answers ssh; it writes ``hostfile``
-and ``job.sh`` into the run directory (which every host must see) and starts ``job.sh`` here, in
-its own session, with stdout/stderr in ``log.txt``; the script writes ``exit_code``.
+and ``job.sh`` into the run directory (which every host must see) and starts ``job.sh`` here as the
+local backend starts its launcher (``local.start_launcher``: its own session, stdout/stderr in
+``log.txt``, a free rendezvous port); the script writes ``exit_code``.
 
 Every process the job starts on a host carries a random token in its environment
 (``LABKIT_JOB_TOKEN``). ``states`` reads the launcher here and ``exit_code``; ``cancel`` ends
@@ -24,7 +25,6 @@ is then NODE_FAIL, with the host in the log.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -35,6 +35,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from labkit.backends.job import Job, JobState
+from labkit.backends.local import launcher_alive, reap, start_launcher
 from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
 from labkit.errors import LabkitError, SubmissionError
@@ -56,28 +57,6 @@ kill -TERM $pids 2>/dev/null
 for i in $(seq 1 {grace}); do sleep 1; pids=$(find); [ -z "$pids" ] && exit 0; done
 kill -KILL $pids 2>/dev/null; sleep 1; pids=$(find); [ -z "$pids" ] || {{ echo "left: $pids"; exit 1; }}
 """
-_CHILDREN: dict[int, subprocess.Popen] = {}
-
-
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, start time in clock ticks) of a live process, else None."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    f = raw[raw.rfind(")") + 2:].split()
-    return f[0], int(f[2]), int(f[19])
-
-
-def _launcher_alive(job: Job) -> bool:
-    pid, start = job.info.get("pid"), job.info.get("start_ticks")
-    child = _CHILDREN.get(pid) if isinstance(pid, int) else None
-    if child is not None and child.poll() is not None:
-        return False
-    st = _stat(pid) if isinstance(pid, int) else None
-    return st is not None and st[0] != "Z" and st[2] == start and st[1] == pid
-
-
 def _ssh_ok(host: str) -> str | None:
     """None when ``ssh host true`` works, else why not."""
     try:
@@ -115,20 +94,9 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
     script.write_text(render_hostfile_launch(spec, cluster, run_dir, program=program,
                                              program_args=program_args))
     script.chmod(0o755)
-    token = secrets.token_hex(16)
-    port = 29500 + secrets.randbelow(10000)  # one job per port on the head host
-    env = {**os.environ, "MASTER_PORT": str(port), TOKEN_ENV: token}
-    with open(run_dir / "log.txt", "ab") as log:
-        p = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, cwd=run_dir, env=env,
-                             start_new_session=True)
-    _CHILDREN[p.pid] = p
-    st = _stat(p.pid)
-    info = {"pid": p.pid, "start_ticks": st[2] if st else None, "port": port, "token": token,
-            "host": socket.gethostname(), "launcher": cluster.launcher, "cluster": cluster.name,
+    info = {"launcher": cluster.launcher, "cluster": cluster.name,
             "hosts": [h.name for h in hosts], "master_addr": hosts[0].address}
-    return Job(job_id=f"hostfile-{p.pid}", name=spec.name, run_dir=run_dir, backend="hostfile",
-               info=info)
+    return start_launcher(spec.name, run_dir, "hostfile", info=info)
 
 
 def lost_hosts(job: Job) -> list[str]:
@@ -142,7 +110,7 @@ def lost_hosts(job: Job) -> list[str]:
 def _state(job: Job) -> JobState:
     if job.info.get("host", socket.gethostname()) != socket.gethostname():
         return JobState.UNKNOWN  # launched from another machine: its launcher is not visible
-    if _launcher_alive(job):
+    if launcher_alive(job):
         return JobState.RUNNING
     if (job.run_dir / CANCELLED_MARK).exists():
         return JobState.CANCELLED
@@ -178,19 +146,14 @@ def cancel(job: Job, grace: float = 10.0) -> None:
     problems = [why for h in hosts if (why := kill_on_host(str(h), token, int(grace)))]
     pid = job.info.get("pid")
     end = time.time() + grace
-    while _launcher_alive(job) and time.time() < end:  # it writes exit_code once pdsh returns
+    while launcher_alive(job) and time.time() < end:  # it writes exit_code once pdsh returns
         time.sleep(0.2)
-    if _launcher_alive(job):
+    if launcher_alive(job):
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+    reap(job)
     if problems:
         raise LabkitError(f"job {job.job_id} cancelled, but on some hosts processes may be left: "
                           + "; ".join(problems) + " (check with ssh HOST ps -ef)")

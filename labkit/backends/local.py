@@ -70,19 +70,34 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile 
     script = run_dir / "job.sh"
     script.write_text(render_local(spec, run_dir, program=program, program_args=program_args))
     script.chmod(0o755)
+    return start_launcher(spec.name, run_dir, "local", env={"OMP_NUM_THREADS": "1"})
+
+
+def start_launcher(name: str, run_dir: Path, backend: str, *, env: dict[str, str] | None = None,
+                   info: dict | None = None) -> Job:
+    """Start ``run_dir/job.sh`` here, in a session of its own (the launcher and what it starts
+    form one process group), stdout/stderr appended to ``log.txt``, with ``env`` and a fresh
+    rendezvous port (``MASTER_PORT``, ``free_port``) and job token (``LABKIT_JOB_TOKEN``) in its
+    environment. The Job (id ``BACKEND-PID``) records the launcher's pid, process group, start
+    time, port, host and token, and ``info``. What the local and hostfile backends share."""
     port = free_port()
     token = secrets.token_hex(16)
-    env = {**os.environ, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", TOKEN_ENV: token}
+    full_env = {**os.environ, **(env or {}), "MASTER_PORT": str(port), TOKEN_ENV: token}
     with open(run_dir / "log.txt", "ab") as log:
-        p = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, cwd=run_dir, env=env,
-                             start_new_session=True)
+        p = subprocess.Popen(["bash", str(run_dir / "job.sh")], stdout=log,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=run_dir,
+                             env=full_env, start_new_session=True)
     _CHILDREN[p.pid] = p
     st = _stat(p.pid)
-    info = {"pid": p.pid, "pgid": p.pid, "start_ticks": st[3] if st else None, "port": port,
-            "host": socket.gethostname(), "token": token}
-    return Job(job_id=f"local-{p.pid}", name=spec.name, run_dir=run_dir, backend="local",
-               info=info)
+    record = {"pid": p.pid, "pgid": p.pid, "start_ticks": st[3] if st else None, "port": port,
+              "host": socket.gethostname(), "token": token, **(info or {})}
+    return Job(job_id=f"{backend}-{p.pid}", name=name, run_dir=run_dir, backend=backend,
+               info=record)
+
+
+def launcher_alive(job: Job) -> bool:
+    """True while the job's launcher (``start_launcher``) runs, verifiably the job's own."""
+    return _launcher(job) is not None
 
 
 def _token(job: Job) -> bytes | None:
@@ -218,6 +233,11 @@ def cancel(job: Job, grace: float = 10.0) -> None:
     end = time.time() + 10  # SIGKILL is delivered asynchronously: wait until they are gone
     while time.time() < end and any(_alive(p, s) for p, s in procs):
         time.sleep(0.05)
+    reap(job)
+
+
+def reap(job: Job) -> None:
+    """Collect the exit of the job's launcher when this process started it (no zombie)."""
     child = _CHILDREN.get(job.info.get("pid", -1))
     if child is not None:
         try:

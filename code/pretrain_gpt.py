@@ -7,7 +7,8 @@ Runbook (from the repository root, after `make setup data`):
     OMP_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc_per_node 4 \\
         code/pretrain_gpt.py --config runs/tp2pp2/config.json --no-resume
 
-  The same with Megatron-LM flag names instead of a config file:
+  The same with Megatron-LM flag names instead of a config file (labkit's job scripts pass the
+  flags and name config.json in $LABKIT_CONFIG for the fields without one; code/engine_args.py):
     OMP_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc_per_node 4 code/pretrain_gpt.py \\
         --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 4 \\
         --hidden-size 128 --num-attention-heads 4 --seq-length 128 \\
@@ -32,8 +33,6 @@ exit_code, and data_cache/ (megatron-core's GPTDataset sample index for this run
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
 import signal
 import sys
@@ -55,74 +54,12 @@ warnings.filterwarnings("ignore", message=".*Apex is not installed.*")
 
 import cpu_compat  # noqa: E402
 import torch  # noqa: E402
+from engine_args import config_file, parse_args  # noqa: E402
 
-from labkit.config import MEGATRON_FLAGS, RunConfig  # noqa: E402
-from labkit.rules import fused_norms_missing  # noqa: E402
+from labkit.config import RunConfig  # noqa: E402
 
 STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
 CUDA_CAP: list[str | None] = [None]  # the device memory cap's description, set in main()
-
-
-# --- config ---------------------------------------------------------------------------------
-def _number(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bool]:
-    """(config, run dir, checkpoint dir, resume) from --config or Megatron-LM flags."""
-    ap = argparse.ArgumentParser(description="megatron-core GPT pretraining (labkit)")
-    ap.add_argument("--config", type=Path, help="RUN_DIR/config.json (a labkit RunConfig)")
-    ap.add_argument("--run-dir", type=Path, help="run directory (flag mode; default runs/<name>)")
-    ap.add_argument("--save", type=Path, help="checkpoint folder (default RUN_DIR/checkpoints)")
-    ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
-    # The DeepSpeed launcher (and torch.distributed.launch) pass the local rank as an argument;
-    # torchrun and DeepSpeed also set LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
-    ap.add_argument("--local_rank", "--local-rank", type=int, default=None,
-                    help="this process's rank on its node (set by launchers; LOCAL_RANK wins)")
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--fp16", action="store_true")
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    for name, flag in MEGATRON_FLAGS.items():
-        if isinstance(defaults[name], bool):
-            ap.add_argument(flag, dest=name, action="store_true", default=None)
-        else:
-            ap.add_argument(flag, dest=name, type=_number, default=None)
-    a = ap.parse_args(argv)
-    if a.local_rank is not None:
-        os.environ.setdefault("LOCAL_RANK", str(a.local_rank))
-    flags = {n: getattr(a, n) for n in MEGATRON_FLAGS if getattr(a, n) is not None}
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if a.config:
-        if flags:
-            ap.error(f"give either --config or Megatron-LM flags, not both (got {sorted(flags)})")
-        cfg = RunConfig.from_json(a.config)
-        run_dir = a.config.resolve().parent
-    else:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", str(world))))
-        run_dir = (a.run_dir or (a.save.parent if a.save else REPO_ROOT / "runs" / "flags_run"))
-        precision = "bf16" if a.bf16 else "fp16" if a.fp16 else "fp32"
-        cfg = RunConfig(name=run_dir.resolve().name, nodes=max(1, world // local),
-                        gpus_per_node=local, precision=precision,
-                        device="cuda" if torch.cuda.is_available() else "cpu", **flags)
-        run_dir = run_dir.resolve()
-    if cfg.world_size != world:
-        sys.exit(f"pretrain_gpt: the config asks for world size {cfg.world_size} (nodes "
-                 f"{cfg.nodes} x gpus_per_node {cfg.gpus_per_node}) but torchrun started {world} "
-                 f"process(es); launch with --nnodes {cfg.nodes} --nproc_per_node "
-                 f"{cfg.gpus_per_node}, or change the config")
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("pretrain_gpt: device='cuda' but torch sees no GPU here; use device='cpu' "
-                 "(profile cpu) or run on a GPU node")
-    for problem in fused_norms_missing(cfg):  # the config only warns: it may be planned elsewhere
-        sys.exit(f"pretrain_gpt: {problem}")
-    resume = not (a.no_resume or os.environ.get("LABKIT_NO_RESUME", "") in ("1", "true"))
-    ckpt = (a.save.resolve() if a.save else run_dir / "checkpoints")
-    return cfg, run_dir, ckpt, resume
 
 
 # --- training -------------------------------------------------------------------------------
@@ -319,10 +256,9 @@ def _start_failed(argv: list[str] | None, exc: BaseException) -> int:
             time.sleep(5)
     elif rank0 and not msg.endswith(("None", ": 2")):
         print(msg, file=sys.stderr, flush=True)
-    if "--config" in args and int(os.environ.get("RANK", "0")) == 0:
-        i = args.index("--config")
-        if i + 1 < len(args) and Path(args[i + 1]).parent.is_dir():
-            _write_exit_code(Path(args[i + 1]).parent, 2)
+    where = config_file(list(args))
+    if where is not None and rank0:
+        _write_exit_code(where.parent, 2)
     return 2
 
 

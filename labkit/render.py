@@ -10,6 +10,21 @@ profile, the run directory, and the program with its arguments. The scripts' sha
 goes through ``shlex.quote`` (paths may hold spaces, quotes, ``$(...)`` or ``;``), and the
 per-node values (``$SLURM_NODEID``) are read from exported variables, never spliced into a
 quoted string.
+
+The training script's arguments, one rule for every backend: the job script passes a run to
+``pretrain_gpt.py`` as Megatron-LM flags only, the flags the Megatron-LM and DLI lab scripts
+show, in arrays grouped as Megatron-LM's examples group them (parallelism, model, batch,
+training, data, logging; one flag per line, ``labkit.megatron_args``), so that an upstream
+Megatron-LM ``pretrain_gpt.py`` (a site whose ``code_dir`` holds Megatron-LM's) runs the same
+script unchanged. The fields that have no Megatron-LM flag (name, nodes, gpus_per_node, device,
+memory_limit_gb, tokenizer_dir, the profiler's ranks, ...) travel in ``RUN_DIR/config.json``,
+which the script names in the environment (``LABKIT_CONFIG``), not on the command line:
+Megatron-LM refuses flags it does not know, and ignores the variable. labkit's
+``pretrain_gpt.py`` reads both, and stops before training when a flag and config.json disagree
+(change the RunConfig and render again, not the job script). ``--config RUN_DIR/config.json``
+stays for any other program given a run (it is what a program other than ``pretrain_gpt.py``,
+or a JobSpec without flags, gets when ``program_args`` is None) and for running by hand.
+Explicit ``program_args`` always reach the program verbatim.
 """
 
 from __future__ import annotations
@@ -57,13 +72,51 @@ def _header(spec: JobSpec, what: str) -> tuple[str, str]:
 
 
 def program_words(program_args: Sequence[str] | None) -> str:
-    """The program's arguments as shell words; None: the training script's config file."""
+    """The program's arguments as shell words; None: the run's config file."""
     if program_args is None:
         return '--config "$RUN_DIR/config.json"'
     if isinstance(program_args, (str, bytes)):
         raise ConfigError(f"program_args={program_args!r} must be a list of arguments, e.g. "
                           f"['--iters', '10'], not one string")
     return " ".join(_q(a) for a in program_args)
+
+
+CHECKPOINTS = '"$RUN_DIR/checkpoints"'
+
+
+def megatron_block(spec: JobSpec) -> str:
+    """The run's Megatron-LM flags as bash arrays, one flag per line, by group, then
+    ``MEGATRON_ARGS`` (all of them) and ``LABKIT_CONFIG`` (the fields without a flag)."""
+    lines = ["", "", "# ---- The run as Megatron-LM flags (pretrain_gpt.py: labkit's or "
+             "Megatron-LM's) ----------------",
+             "# labkit's own fields without a Megatron-LM flag (name, nodes, device, memory "
+             "cap, ...) are in",
+             "# config.json, named here in the environment: Megatron-LM refuses flags it "
+             "does not know.",
+             'export LABKIT_CONFIG="$RUN_DIR/config.json"']
+    names = []
+    for group, items in spec.megatron_flags:
+        name = f"{group.upper()}_ARGS"
+        names.append(name)
+        body = ["    " + " ".join(_q(w) for w in it) for it in items]
+        if group == "logging":
+            body += [f"    --save {CHECKPOINTS}", f"    --load {CHECKPOINTS}"]
+        lines += [f"{name}=(", *body, ")"]
+    if "data" not in [g for g, _ in spec.megatron_flags]:
+        lines.append("# (no DATA_ARGS: data_path unset, so labkit's default corpus; Megatron-LM "
+                     "needs --data-path)")
+    refs = [f'"${{{n}[@]}}"' for n in names]
+    rows = [" ".join(refs[i:i + 3]) for i in range(0, len(refs), 3)]
+    lines.append("MEGATRON_ARGS=(" + "\n               ".join(rows) + ")")
+    return "\n".join(lines)
+
+
+def _arguments(spec: JobSpec, program: str | Path, program_args: Sequence[str] | None
+               ) -> tuple[str, str]:
+    """(lines before the command, the program's arguments on it): the module docstring's rule."""
+    if program_args is None and spec.megatron_flags and Path(program).name == "pretrain_gpt.py":
+        return megatron_block(spec), '"${MEGATRON_ARGS[@]}"'
+    return "", program_words(program_args)
 
 
 def _sbatch_value(value: str) -> str:
@@ -139,7 +192,8 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
         cluster: the site (partition, account, time limit, modules, container, env).
         run_dir: the run's directory as the compute nodes see it.
         program: the program; default ``pretrain_gpt.py`` of the cluster's code_dir.
-        program_args: its arguments; default ``--config "$RUN_DIR/config.json"``.
+        program_args: its arguments; default: the run's Megatron-LM flags for
+            ``pretrain_gpt.py``, else ``--config "$RUN_DIR/config.json"`` (module docstring).
     """
     spec, run_dir = as_spec(spec), Path(run_dir)
     title, summary = _header(spec, "sbatch script")
@@ -157,11 +211,13 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
     for opt in sbatch_options(spec, cluster, run_dir):
         key, eq, val = opt.partition("=")
         sbatch.append(f"#SBATCH {key}{eq}{_sbatch_value(val) if eq else ''}")
+    program = program or default_program(cluster)
+    block, words = _arguments(spec, program, program_args)
     values = {
         "title": title, "summary": summary, "cluster": repr(cluster.name),
         "sbatch": "\n".join(sbatch),
-        "run_dir": _q(run_dir), "program": _q(program or default_program(cluster)),
-        "program_args": program_words(program_args),
+        "run_dir": _q(run_dir), "program": _q(program),
+        "program_args": words, "program_setup": block,
         "torchrun": _q(cluster.torchrun),
         "setup": "\n".join(setup) if setup else "# (no modules or setup lines in the profile)",
         "env": "\n".join(_env_lines(spec, cluster.env)),
@@ -178,10 +234,11 @@ def render_local(spec: JobSpec | RunConfig, run_dir: Path, *, program: str | Pat
     arguments as in ``render_sbatch``)."""
     spec = as_spec(spec)
     title, summary = _header(spec, "local launch script")
+    program = program or default_program()
+    block, words = _arguments(spec, program, program_args)
     values = {
         "title": title, "summary": summary, "run_dir": _q(Path(run_dir)),
-        "program": _q(program or default_program()),
-        "program_args": program_words(program_args),
+        "program": _q(program), "program_args": words, "program_setup": block,
         "torchrun": _q(torchrun or default_torchrun()),
         # Every rank is on this machine: gloo talks over loopback whatever the hostname says.
         "env": "\n".join(_env_lines(spec, {"GLOO_SOCKET_IFNAME": "lo", **(env or {})})),
@@ -248,11 +305,12 @@ def render_hostfile_launch(spec: JobSpec | RunConfig, cluster: ClusterProfile, r
     title, summary = _header(spec, f"{cluster.launcher} launch script")
     setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)
     env_lines = _env_lines(spec, dict(cluster.env))
+    program = program or default_program(cluster)
+    block, words = _arguments(spec, program, program_args)
     values = {
         "title": title, "summary": summary + f" | hosts {','.join(h.name for h in hosts)}",
         "cluster": repr(cluster.name), "run_dir": _q(run_dir),
-        "program": _q(program or default_program(cluster)),
-        "program_args": program_words(program_args),
+        "program": _q(program), "program_args": words, "program_setup": block,
         "setup": "\n".join(setup) if setup else "# (no modules or setup lines in the profile)",
         "env": "\n".join(env_lines) if env_lines else "# (no environment in the profile)",
         "hosts": _q(",".join(h.name for h in hosts)), "master_addr": _q(hosts[0].address),
@@ -262,6 +320,7 @@ def render_hostfile_launch(spec: JobSpec | RunConfig, cluster: ClusterProfile, r
         tr = cluster.torchrun
         values["deepspeed"] = _q(str(Path(tr).with_name("deepspeed")) if "/" in tr else "deepspeed")
         names = sorted({line.split("=", 1)[0][len("export "):] for line in env_lines})
+        names += ["LABKIT_CONFIG"] if block else []
         values["env_names"] = " ".join(["LABKIT_LOG_CAPTURED", *names])
         return fill(_template("deepspeed.sh.tmpl"), values)
     values["torchrun"] = _q(cluster.torchrun)

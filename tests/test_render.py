@@ -144,10 +144,19 @@ def test_program_args_reach_the_slurm_program_verbatim(tmp_path):
     assert not list(tmp_path.rglob("PWNED"))
 
 
-def test_default_program_args_read_the_run_config():
+def test_default_program_args_are_megatron_flags_for_the_training_script_only():
+    """pretrain_gpt.py gets the run's Megatron-LM flags (config.json in $LABKIT_CONFIG); any
+    other program given a run gets --config (the rule in labkit/render.py's docstring)."""
     sbatch = render_sbatch(CFG_CPU, MINI, RUN_DIR)
-    assert sbatch.count("""\"$PROGRAM" "$@"' program --config "$RUN_DIR/config.json"\n""") == 1
-    assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in render_local(CFG_CPU, RUN_DIR)
+    assert sbatch.count("""\"$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}"\n""") == 1
+    assert 'export LABKIT_CONFIG="$RUN_DIR/config.json"\n' in sbatch
+    assert "    --tensor-model-parallel-size 2\n    --pipeline-model-parallel-size 2\n" in sbatch
+    assert '"$PROGRAM" "${MEGATRON_ARGS[@]}" &' in render_local(CFG_CPU, RUN_DIR)
+    other = render_local(CFG_CPU, RUN_DIR, program="/opt/tools/allreduce_job.py")
+    assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in other
+    assert "MEGATRON_ARGS" not in other and "LABKIT_CONFIG" not in other
+    bare = render_local(JobSpec("r", nodes=1, gpus_per_node=2), RUN_DIR)  # a JobSpec: no flags
+    assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in bare
     with pytest.raises(ConfigError, match="list of arguments"):
         render_local(CFG_CPU, RUN_DIR, program_args="--iters 3")
 

@@ -57,8 +57,10 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
         overwrite: move an existing run directory aside (never deleted) and start afresh.
         resume: continue a run in its directory (checkpoints kept; the log is appended to).
         program: the program torchrun starts on every rank (default ``code/pretrain_gpt.py``).
-        program_args: its arguments. None: ``--config RUN_DIR/config.json`` for a RunConfig,
-            no arguments for a JobSpec. ``{run_dir}`` in an argument becomes the run directory.
+        program_args: its arguments. None: for a RunConfig, the run's Megatron-LM flags when
+            the program is ``pretrain_gpt.py`` (config.json named in ``$LABKIT_CONFIG``), else
+            ``--config RUN_DIR/config.json`` (the rule: ``labkit.render``); for a JobSpec
+            none. ``{run_dir}`` in an argument becomes the run directory.
     """
     if isinstance(cfg, RunConfig):
         spec = JobSpec.from_config(cfg)

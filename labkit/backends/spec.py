@@ -13,7 +13,8 @@ not its training hyper-parameters. A training run's spec comes from its RunConfi
 not the training script needs no training config. ``run_dir`` exists and is the job's working
 directory. ``cluster`` is the site (ClusterProfile); the local backend runs on this machine and
 reads nothing from it. ``program`` defaults to ``pretrain_gpt.py``; ``program_args``, passed to
-it verbatim (shell-quoted), default to ``--config "$RUN_DIR/config.json"``.
+it verbatim (shell-quoted), default to the run's Megatron-LM flags (``labkit.render`` says the
+rule).
 
 ``labkit.backends.submit`` is the entry point that writes the run directory and picks the
 backend; these functions are what it calls.
@@ -51,6 +52,9 @@ class JobSpec:
     """Export ``NCCL_DEBUG=INFO`` (transport and channel lines in log.txt)."""
     layout: str = ""
     """One line for the job script's header, e.g. ``TP=2 x PP=2 x DP=1``."""
+    megatron_flags: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = ()
+    """A training run's Megatron-LM flags by group (``labkit.megatron_args.flag_groups``), the
+    training script's arguments; empty for another program."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -72,10 +76,13 @@ class JobSpec:
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> JobSpec:
-        """The job shape of a training run."""
+        """The job shape of a training run, with its Megatron-LM flags."""
+        from labkit.megatron_args import flag_groups
+
         return cls(name=cfg.name, nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                    device=cfg.device, nccl_debug=bool(cfg.nccl_debug),
-                   layout=f"TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}")
+                   layout=f"TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}",
+                   megatron_flags=flag_groups(cfg))
 
 
 def as_spec(run: JobSpec | RunConfig) -> JobSpec:

@@ -13,6 +13,54 @@ cd "$RUN_DIR"
 export LABKIT_LOG_CAPTURED=1   # stdout/stderr already go to log.txt
 export GLOO_SOCKET_IFNAME=lo
 export OMP_NUM_THREADS=1
+
+# ---- The run as Megatron-LM flags (pretrain_gpt.py: labkit's or Megatron-LM's) ----------------
+# labkit's own fields without a Megatron-LM flag (name, nodes, device, memory cap, ...) are in
+# config.json, named here in the environment: Megatron-LM refuses flags it does not know.
+export LABKIT_CONFIG="$RUN_DIR/config.json"
+PARALLELISM_ARGS=(
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 2
+)
+MODEL_ARGS=(
+    --num-layers 4
+    --hidden-size 128
+    --num-attention-heads 4
+    --attention-backend unfused
+    --seq-length 128
+    --max-position-embeddings 128
+    --vocab-size 4096
+    --make-vocab-size-divisible-by 128
+    --hidden-dropout 0.0
+    --attention-dropout 0.0
+    --init-method-std 0.02
+    --position-embedding-type learned_absolute
+)
+BATCH_ARGS=(
+    --micro-batch-size 2
+    --global-batch-size 8
+)
+TRAINING_ARGS=(
+    --train-iters 30
+    --lr 0.001
+    --min-lr 0.0001
+    --lr-warmup-iters 3
+    --weight-decay 0.01
+    --clip-grad 1.0
+    --seed 1234
+    --lr-decay-style cosine
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+)
+LOGGING_ARGS=(
+    --log-interval 1
+    --eval-iters 2
+    --save "$RUN_DIR/checkpoints"
+    --load "$RUN_DIR/checkpoints"
+)
+# (no DATA_ARGS: data_path unset, so labkit's default corpus; Megatron-LM needs --data-path)
+MEGATRON_ARGS=("${PARALLELISM_ARGS[@]}" "${MODEL_ARGS[@]}" "${BATCH_ARGS[@]}"
+               "${TRAINING_ARGS[@]}" "${LOGGING_ARGS[@]}")
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT=${MASTER_PORT:-29500}   # labkit passes a free port
 NNODES=2
@@ -21,7 +69,7 @@ pids=()
 for node_rank in $(seq 0 $((NNODES - 1))); do
   "$TORCHRUN" --nnodes "$NNODES" --node_rank "$node_rank" --nproc_per_node 2 \
       --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-      "$PROGRAM" --config "$RUN_DIR/config.json" &
+      "$PROGRAM" "${MEGATRON_ARGS[@]}" &
   pids+=("$!")
 done
 

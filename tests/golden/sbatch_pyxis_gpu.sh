@@ -30,6 +30,55 @@ export NCCL_DEBUG=INFO
 export NCCL_IB_DISABLE=1
 export NCCL_SOCKET_IFNAME=eth0
 
+# ---- The run as Megatron-LM flags (pretrain_gpt.py: labkit's or Megatron-LM's) ----------------
+# labkit's own fields without a Megatron-LM flag (name, nodes, device, memory cap, ...) are in
+# config.json, named here in the environment: Megatron-LM refuses flags it does not know.
+export LABKIT_CONFIG="$RUN_DIR/config.json"
+PARALLELISM_ARGS=(
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 1
+)
+MODEL_ARGS=(
+    --num-layers 12
+    --hidden-size 768
+    --num-attention-heads 12
+    --attention-backend flash
+    --seq-length 1024
+    --max-position-embeddings 1024
+    --vocab-size 50257
+    --make-vocab-size-divisible-by 128
+    --hidden-dropout 0.0
+    --attention-dropout 0.0
+    --init-method-std 0.02
+    --position-embedding-type learned_absolute
+)
+BATCH_ARGS=(
+    --micro-batch-size 4
+    --global-batch-size 64
+)
+TRAINING_ARGS=(
+    --train-iters 100
+    --lr 0.0006
+    --min-lr 6e-05
+    --lr-warmup-iters 10
+    --weight-decay 0.01
+    --clip-grad 1.0
+    --seed 1234
+    --bf16
+    --lr-decay-style cosine
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+)
+LOGGING_ARGS=(
+    --log-interval 10
+    --eval-iters 2
+    --save "$RUN_DIR/checkpoints"
+    --load "$RUN_DIR/checkpoints"
+)
+# (no DATA_ARGS: data_path unset, so labkit's default corpus; Megatron-LM needs --data-path)
+MEGATRON_ARGS=("${PARALLELISM_ARGS[@]}" "${MODEL_ARGS[@]}" "${BATCH_ARGS[@]}"
+               "${TRAINING_ARGS[@]}" "${LOGGING_ARGS[@]}")
+
 # The head node (node rank 0) hosts torchrun's rendezvous. The port comes from the job id,
 # so two jobs that share a node never fight over one fixed port.
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -42,7 +91,7 @@ echo "[job] $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous at $MASTER_ADDR:$MA
 srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/shared/labkit:/shared/labkit bash -c 'exec "$TORCHRUN" \
     --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 8 \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-    "$PROGRAM" "$@"' program --config "$RUN_DIR/config.json"
+    "$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}"
 rc=$?
 echo "$rc" > "$RUN_DIR/exit_code"   # the final state never depends on Slurm accounting
 exit "$rc"

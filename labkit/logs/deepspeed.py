@@ -4,14 +4,25 @@ Engine (``[INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.000
 and its throughput timer (``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=12.3,
 CurrSamplesPerSec=12.5, MemAllocated=1.23GB, MaxMemAllocated=4.56GB``); the launcher prints the
 hostfile's world (``WORLD INFO DICT: {'worker-0': [0, 1, 2, 3], ...}``) and
-``dist_world_size=8``.
+``dist_world_size=8``; the runner before it passes the same world base64-encoded
+(``[runner.py:...] cmd = pdsh -S -f 1024 -w node1,node2 ... --world_info=eyJ...``). With pdsh every
+line carries its host (``node1: [...] [INFO] [launch.py:146:main] ...``; lines.py removes it).
+
+Steps numbers the records of one log: DeepSpeed's ``step=N`` lines, its timers, and the Hugging
+Face Trainer's logging dicts (hf.py), which name no step of their own.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
+import json
 import re
 from typing import Any
+
+from labkit.logs import hf
+from labkit.logs.lines import Line
 
 _STEP = re.compile(r"(?:\[Rank (\d{1,6})\] )?step=(\d{1,12}), skipped=(\d{1,12}), lr=\[([^\]]{0,400})\]")
 _TIMER = re.compile(r"global_step=(\d{1,12}), RunningAvgSamplesPerSec=([0-9.eE+-]{1,30}), "
@@ -25,6 +36,7 @@ _PROFILER = re.compile(r"^(world|data parallel) size:\s{1,80}(\d{1,9})\s{0,8}$")
 _MEM = re.compile(r"MemAllocated=([0-9.]{1,20})GB, MaxMemAllocated=([0-9.]{1,20})GB")
 _WORLD_INFO = re.compile(r"WORLD INFO DICT: (\{.{0,20000}\})")
 _DIST_WS = re.compile(r"dist_world_size=(\d{1,9})")
+_RUNNER_WORLD = re.compile(r"--world_info=([A-Za-z0-9_=+/-]{4,20000})")
 _NNODES = re.compile(r"nnodes=(\d{1,6}), num_local_procs=(\d{1,6}), node_rank=(\d{1,6})")
 
 
@@ -54,7 +66,10 @@ def parse_step(text: str) -> dict[str, Any] | None:
         m = _OLD_TIMER.search(text)
         if m is None:
             return None
-        rec = {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(2) or m.group(3))}
+        # The count is the epoch's micro steps (one per forward/backward), the optimizer's
+        # step only without gradient accumulation: Steps keeps it where a step= line says so.
+        rec = {"iteration": int(m.group(1)), "samples_per_sec": _f(m.group(2) or m.group(3)),
+               "micro_step": True}
     mm = _MEM.search(text, m.end())
     a, b = (_f(mm.group(1)), _f(mm.group(2))) if mm else (None, None)
     if a is not None and b is not None:  # DeepSpeed's GB are GiB; our MB are MiB, as Megatron's
@@ -74,6 +89,10 @@ def parse_launcher(text: str) -> dict[str, Any] | None:
                 return {"world_size": len(slots), "nodes": len(info)}
             except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError, RecursionError):
                 return None
+    if "world_info=" in text:
+        world = _runner_world(text)
+        if world is not None:
+            return world
     if "dist_world_size=" in text:
         m = _DIST_WS.search(text)
         if m:
@@ -87,3 +106,72 @@ def parse_launcher(text: str) -> dict[str, Any] | None:
         if m:
             return {"world_size" if m.group(1) == "world" else "dp": int(m.group(2))}
     return None
+
+
+def _runner_world(text: str) -> dict[str, int] | None:
+    """The runner's ``--world_info=`` (urlsafe base64 of ``{"host": [slot, ...], ...}``)."""
+    m = _RUNNER_WORLD.search(text)
+    if m is None:
+        return None
+    try:
+        info = json.loads(base64.urlsafe_b64decode(m.group(1)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(info, dict) or not all(isinstance(v, list) for v in info.values()):
+        return None
+    return {"world_size": sum(len(v) for v in info.values()), "nodes": len(info)}
+
+
+class Steps:
+    """Numbers the DeepSpeed and Trainer records of one log, never by guess.
+
+    A ``step=N`` line is step N; a timer with ``global_step=N`` too. An old timer's ``E/N`` counts
+    micro steps: it joins step N only right where a ``step=N`` line of the same process said N
+    (no gradient accumulation), else it is no record. A Trainer dict naming no step takes the N
+    of the ``step=N`` line its process printed just before it (the Trainer logs right after the
+    optimizer step DeepSpeed printed); in a log without any step counter the dicts are numbered
+    in order, 1, 2, ... per process (``numbered_in_order``, at the end of each file), and the
+    same count from several processes is one step. Where the log counts steps, a dict that
+    follows no step line (another node's copy, or a step DeepSpeed did not print) is left out.
+    """
+
+    def __init__(self) -> None:
+        self.last: dict[tuple, int] = {}  # the last step=N of each process
+        self.anchor: dict[tuple, int] = {}  # ... until a Trainer dict takes it
+        self.counted = False
+        self.unnumbered: list[tuple[tuple, dict[str, Any]]] = []
+
+    def parse(self, line: Line) -> dict[str, Any] | None:
+        """The line's iteration record, numbered; None if it is none (or not numbered yet)."""
+        src = (line.rank, line.host)
+        rec = parse_step(line.text)
+        if rec is not None:
+            if rec.pop("micro_step", False):
+                return rec if self.last.get(src) == rec["iteration"] else None
+            self.counted = True
+            if "skipped" in rec:
+                self.last[src] = self.anchor[src] = rec["iteration"]
+            return rec
+        rec = hf.parse_trainer_dict(line.text)
+        if rec is None:
+            return None
+        if "iteration" in rec:
+            self.counted = True
+            return rec
+        step = self.anchor.pop(src, None)
+        if step is not None:
+            rec["iteration"] = step
+            return rec
+        self.unnumbered.append((src, rec))
+        return None
+
+    def numbered_in_order(self) -> list[dict[str, Any]]:
+        """At the end of a file: its Trainer dicts that no step counter numbered, 1, 2, ... per
+        process; none where the log counts steps (their step is unknown)."""
+        held, self.unnumbered = self.unnumbered, []
+        if self.counted:
+            return []
+        seen: dict[tuple, int] = {}
+        for src, rec in held:
+            seen[src] = rec["iteration"] = seen.get(src, 0) + 1
+        return [rec for _, rec in held]

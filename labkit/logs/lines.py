@@ -7,7 +7,7 @@ process printed, plus the rank the wrapper told us about:
     torchrun --tee        ``[default3]:text``          (torchrun's worker index)
     torch >= 2.2 logging  ``[rank3]:text``
     srun --label          `` 3: text``
-    pdsh                  ``node12: text``
+    pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank)
 
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. Reading is
@@ -30,7 +30,8 @@ _PREFIX = re.compile(
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
     r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>:"           # Open MPI [1,4]<stdout>:
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
-    r"|(?P<host>[a-z][a-z0-9-]{0,40}\d[a-z0-9.-]{0,40}): )"    # pdsh: lowercase host with a digit
+    r"|\s{0,8}(?P<host>[a-z][a-z0-9-]{0,40}\d[a-z0-9.-]{0,40}"  # pdsh: lowercase host with a digit
+    r"|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}): )"                  # ... or an IPv4 address
 )
 # The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
 _NOT_ROLES = frozenset({"Rank", "E", "W", "I"})

@@ -118,6 +118,7 @@ class _Collector:
         self.channels: dict[tuple, dict[str, Any]] = {}
         self.layout: dict[str, int | None] = {}
         self.launcher: dict[str, int] = {}
+        self.steps = deepspeed.Steps()  # DeepSpeed and Hugging Face Trainer step numbering
         self.args: dict[str, str] = {}
         self.theory: dict[str, float] | None = None
         self.nccl_version: str | None = None
@@ -239,7 +240,7 @@ class _Collector:
             if lay is not None:
                 self.layout.update(lay)
                 return False
-        ds = deepspeed.parse_step(text)
+        ds = self.steps.parse(line)
         if ds is not None:
             if "allocated_mb" in ds:
                 self.memory.append({"rank": ds.get("rank", line.rank), "iteration": ds["iteration"],
@@ -271,6 +272,8 @@ class _Collector:
         for line, _ in list(self.pending.values()):
             self._safe(line)
         self.pending.clear()
+        for rec in self.steps.numbered_in_order():
+            self._add_iteration(rec)
 
 
 def _layout(col: _Collector) -> dict[str, int | None]:

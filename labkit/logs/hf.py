@@ -1,0 +1,53 @@
+"""Hugging Face Trainer log lines: the dict the Trainer prints at every logging step.
+
+``{'loss': 2.1234, 'grad_norm': 0.98, 'learning_rate': 5e-05, 'epoch': 0.01}`` (the keys after
+``loss`` vary: ``grad_norm`` since transformers 4.38, a model's own metrics, ``epoch`` last). Its
+loss and learning rate are an iteration record's ``lm_loss`` and ``lr``. The dict names no step
+unless a trainer adds ``'step'`` / ``'global_step'``; deepspeed.Steps numbers the others.
+The ``eval_loss`` and ``train_runtime`` dicts (evaluation, the closing summary) are no training
+step, and neither is the progress bar (``37/1200 [01:02<32:10, 1.66s/it]``): its count can
+run ahead of the logged steps and its rate is smoothed over the bar's own window.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# A dict whose first key is the training loss; the bar tqdm redraws can sit before it.
+_START = re.compile(r"\{(['\"])loss\1: ")
+_NUM = r"['\"]?(-?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,4})?|nan|-?inf)['\"]?"
+_KEYS = {"loss": "lm_loss", "learning_rate": "lr", "grad_norm": "grad_norm", "epoch": "epoch",
+         "step": "iteration", "global_step": "iteration"}
+_FIELD = re.compile(r"(['\"])(loss|learning_rate|grad_norm|epoch|step|global_step)\1: " + _NUM + r"[,}]")
+
+
+def _value(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_trainer_dict(text: str) -> dict[str, Any] | None:
+    """A Trainer's logging dict -> ``{"lm_loss", "lr", "grad_norm", "epoch"}`` (those it holds),
+    with ``iteration`` only where the dict itself names its step; None for any other line."""
+    if "loss" not in text:
+        return None
+    m = _START.search(text)
+    if m is None:
+        return None
+    end = text.find("}", m.end())
+    body = text[m.start(): end + 1 if end >= 0 else len(text)]
+    rec: dict[str, Any] = {}
+    for f in _FIELD.finditer(body):
+        key = _KEYS[f.group(2)]
+        v = _value(f.group(3))
+        if key == "iteration":
+            if v is not None and v.is_integer() and 0 <= v < 2**53:
+                rec["iteration"] = int(v)
+        elif key not in rec:
+            rec[key] = None if v is None or v != v or v in (float("inf"), float("-inf")) else v
+    if "lm_loss" not in rec:  # e.g. the line was cut inside the loss's number
+        return None
+    return rec

@@ -1,5 +1,5 @@
 """Training logs -> DataFrames and a diagnosis (Megatron-LM, Megatron-DeepSpeed, gpt-neox,
-DeepSpeed, NCCL, torchrun, Slurm).
+DeepSpeed and its launcher, the Hugging Face Trainer, NCCL, torchrun, Slurm).
 
     parse_log(path) -> ParsedLog              .iterations .memory .validation .params .nccl
                                                .failures (DataFrames), .layout, .to_dict();

@@ -15,7 +15,10 @@ record the total only: ``labkit.profiling.memory_timeline``). MB = 1e6 bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -31,6 +34,27 @@ def _categories() -> list[str]:
 
     order = sorted(_CATEGORY_TO_INDEX, key=_CATEGORY_TO_INDEX.__getitem__)
     return [c.name.lower() if c is not None else "unknown" for c in order]
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null: the profiler's C++ start/stop lines (``USDT: ...
+    profiler_start``) would otherwise be a red box in a notebook. Python's own warnings and
+    exceptions do not go through it (a notebook's ``sys.stderr`` is the kernel's stream)."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2: nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def profile_training_steps(loss_fn: Callable[[], Any], optimizer: Any, *, steps: int = 2,
@@ -55,8 +79,8 @@ def profile_training_steps(loss_fn: Callable[[], Any], optimizer: Any, *, steps:
                           f"recognised from its step); got {type(optimizer).__name__}")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda")
                                            else [])
-    with profile(activities=activities, profile_memory=True, record_shapes=True,
-                 with_stack=True) as prof:
+    with _native_stderr_silenced(), profile(activities=activities, profile_memory=True,
+                                            record_shapes=True, with_stack=True) as prof:
         for i in range(1, steps + 1):
             with record_function(f"labkit step {i} forward"):
                 loss = loss_fn()

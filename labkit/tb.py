@@ -85,3 +85,22 @@ def tensorboard_command(logdir: str | Path | None = None, *, port: int = 6006,
     exe = Path(sys.executable).with_name("tensorboard")
     prog = str(exe) if exe.exists() else (shutil.which("tensorboard") or "tensorboard")
     return [prog, "--logdir", str(Path(logdir).resolve()), "--port", str(port), "--host", host]
+
+
+def tensorboard_command_line(*, port: int = 6006, host: str = "localhost") -> str:
+    """``tensorboard_command`` on the run root as a student types it in a terminal opened in the
+    repository: ``"$LABKIT_RUN_ROOT"`` when that variable sets the run root, else the run root
+    and the venv's tensorboard relative to the repository (no absolute path of this machine)."""
+    import os
+    import shlex
+
+    from labkit.paths import REPO_ROOT
+
+    def typed(path: str) -> str:
+        rel = os.path.relpath(path, REPO_ROOT)
+        return path if rel.startswith("..") else rel
+
+    cmd = tensorboard_command(port=port, host=host)
+    prog = typed(cmd[0]) if os.sep in cmd[0] else cmd[0]
+    logdir = '"$LABKIT_RUN_ROOT"' if os.environ.get("LABKIT_RUN_ROOT") else shlex.quote(typed(cmd[2]))
+    return " ".join([shlex.quote(prog), "--logdir", logdir, *map(shlex.quote, cmd[3:])])

@@ -366,9 +366,11 @@ def check_tensorboard(page, lab: Lab, nb) -> None:
     from labkit.tb import tensorboard_command
 
     printed = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
-                        and "tensorboard_command(" in c.source for o in c.outputs)
-    assert f"--logdir {lab.run_root.resolve()}" in printed, \
-        f"04 does not print a TensorBoard command on the run root {lab.run_root}: {printed!r}"
+                        and "tensorboard_command_line(" in c.source for o in c.outputs)
+    # The server runs with LABKIT_RUN_ROOT=lab.run_root: the command names the variable, so a
+    # student can paste it; no absolute path of this machine is printed.
+    assert '--logdir "$LABKIT_RUN_ROOT"' in printed and str(lab.run_root) not in printed, \
+        f"04 does not print a TensorBoard command on $LABKIT_RUN_ROOT: {printed!r}"
     runs = sorted({p.parent.relative_to(lab.run_root).as_posix()
                    for p in lab.run_root.rglob("*tfevents*")})  # TensorBoard's run names
     assert runs, f"no run under {lab.run_root} wrote TensorBoard events"

@@ -49,6 +49,8 @@ assert final == "COMPLETED", job.tail(30)
 # The training script writes TensorBoard event files to `<run root>/<name>/tb/`; TensorBoard
 # lists each of them as a run. TensorBoard is a small web server: start it on the run root with
 # the command printed below (in a terminal, where the runs are), then open its address.
+# The command is written as you type it in a terminal opened in the repository (with
+# `$LABKIT_RUN_ROOT` when that variable sets your run root).
 # - **On this machine**: open http://localhost:6006.
 # - **On a cluster**: start it on the login node (the runs are on the shared file system) and
 #   forward the port from your laptop: `ssh -L 6006:localhost:6006 you@login-node`, then open
@@ -61,12 +63,9 @@ assert final == "COMPLETED", job.tail(30)
 # Here we also read the scalars back as a DataFrame.
 
 # %%
-import shlex
+from labkit.tb import read_scalars, tensorboard_command_line
 
-from labkit.paths import run_root
-from labkit.tb import read_scalars, tensorboard_command
-
-print("$", shlex.join(tensorboard_command(run_root(), port=6006)))
+print("$", tensorboard_command_line(port=6006))
 
 tb = read_scalars(job.run_dir / "tb")
 print(sorted(tb["tag"].unique()))
@@ -140,6 +139,57 @@ print(f"\n{top} dominates this run ({shares.mean().max():.0%} of the profiled ti
       f"share this machine's cores, so waiting for a busy core shows up as communication or "
       f"idle time, not only the bytes moved.")
 
+# %% [markdown]
+# ## 4 One training step's memory, by category
+#
+# The profiler can also say *what* the memory of a step is: it follows every tensor and sorts it
+# into parameters, optimizer state, activations, gradients, temporaries and autograd's own
+# buffers. That analysis needs the Python stack of every operator, too slow for the engine's
+# megatron-core run on a CPU, so here it follows two training steps of a plain PyTorch GPT of
+# the cpu profile's shape (embedding, transformer layers, output layer; Adam), run in this
+# notebook's own process on the CPU.
+
+# %%
+import torch
+
+from labkit.plots import plot_memory_categories
+from labkit.step_memory import profile_training_steps, step_summary
+
+shape = RunConfig.for_profile("cpu", name="step_memory")
+torch.manual_seed(0)
+h, vocab = shape.hidden_size, shape.vocab_size
+gpt = torch.nn.Sequential(
+    torch.nn.Embedding(vocab, h),
+    *[torch.nn.TransformerEncoderLayer(h, shape.num_attention_heads, 4 * h, dropout=0.0,
+                                       batch_first=True, norm_first=True)
+      for _ in range(shape.num_layers)],
+    torch.nn.LayerNorm(h), torch.nn.Linear(h, vocab, bias=False))
+adam = torch.optim.Adam(gpt.parameters(), lr=1e-4)
+tokens = torch.randint(0, vocab, (shape.micro_batch_size, shape.seq_length + 1))
+
+
+def lm_loss():
+    logits = gpt(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+
+
+step_mem = profile_training_steps(lm_loss, adam, steps=2)
+plot_memory_categories(step_mem)
+plt.show()
+summary = step_summary(step_mem)
+summary.round(2)
+
+# %%
+peak = step_mem.loc[step_mem["activation_mb"].idxmax()]
+opt_before = step_mem[step_mem["step"] == 1]["optimizer_state_mb"].iloc[0]
+opt_after = step_mem[step_mem["step"] == 2]["optimizer_state_mb"].min()
+assert opt_before == 0 < opt_after and peak["phase"] in ("forward", "backward"), summary
+print(f"optimizer state: {opt_before:.2f} MB when step 1 starts, {opt_after:.2f} MB throughout "
+      f"step 2 (Adam's two moments, created by its first step; parameters "
+      f"{step_mem['parameter_mb'].iloc[0]:.2f} MB)")
+print(f"activations peak at {peak['activation_mb']:.2f} MB in step {int(peak['step'])}'s "
+      f"{peak['phase']}; gradients reach {step_mem['gradient_mb'].max():.2f} MB in backward")
+
 # %%
 from labkit.logs import parse_run
 from labkit.record import record, record_run
@@ -155,6 +205,9 @@ record("profiled.communication_share",
 #
 # - A job monitor (or `job.wait()`) replaces `squeue` + `sleep` + `tail`.
 # - TensorBoard scalars are plain data: `read_scalars` gives a DataFrame you can plot.
+# - The profiler's memory timeline shows what a step's memory is made of: the optimizer state
+#   appears in the first optimizer step and stays; activations rise in forward and fall in
+#   backward, as gradients appear.
 # - A profiler trace answers "compute bound or communication bound?" with numbers: you read
 #   which phase dominated your run and picked a remedy that shortens it.
 #

@@ -160,6 +160,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a stuck collective is an error (process group timeout)")
     ap.add_argument("--json-out", help="also write one JSON object per row to this file")
+    ap.add_argument("--nccl-debug", action="store_true",
+                    help="with NCCL: NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET (unless set) so "
+                         "the log shows the transport of every channel (P2P, SHM, NET)")
     args = ap.parse_args(argv)
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     args.scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
@@ -169,6 +172,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.step_factor < 2:
         ap.error(f"--step-factor {args.step_factor} must be >= 2")
     return args
+
+
+def nccl_debug_env(env: dict[str, str]) -> dict[str, str]:
+    """NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET, except where ``env`` sets them already.
+
+    NCCL prints a channel's transport (``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read``, ``via
+    SHM/direct/direct``, ``[send] via NET/IB/0``) at INFO level in its INIT subsystem (with P2P,
+    SHM or NET); NET adds which network it picked (``NET/IB : Using [0]mlx5_0:1``).
+    """
+    return {k: env.get(k) or v for k, v in (("NCCL_DEBUG", "INFO"),
+                                             ("NCCL_DEBUG_SUBSYS", "INIT,NET"))}
 
 
 def main(argv=None) -> int:
@@ -181,6 +195,8 @@ def main(argv=None) -> int:
     import torch.distributed as dist
     backend = args.backend if args.backend != "auto" else (
         "nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl" and args.nccl_debug:
+        os.environ.update(nccl_debug_env(os.environ))  # read by NCCL when it initialises
     if backend == "nccl":
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         torch.cuda.set_device(local_rank)

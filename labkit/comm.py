@@ -146,16 +146,29 @@ def submit_bench(name: str = "busbw", *, nodes: int = 2, gpus_per_node: int = 2,
     The job is a program with arguments (a JobSpec), not a training run: its run directory
     holds ``job.sh``, ``log.txt`` and ``job.json``, and the results land in
     ``<run_dir>/busbw.jsonl`` (``read_busbw(job.run_dir)``). ``gpus_per_node`` processes per
-    node: one per GPU with ``device="cuda"`` (NCCL), CPU processes otherwise (gloo).
+    node: one per GPU with ``device="cuda"`` (NCCL), CPU processes otherwise (gloo). With NCCL
+    the job exports ``NCCL_DEBUG=INFO`` and the benchmark adds ``NCCL_DEBUG_SUBSYS=INIT,NET``
+    (``--nccl-debug``): its log shows which transport each channel took (``nccl_transports``).
     """
     from labkit import backends
     from labkit.backends.spec import JobSpec
 
+    nccl = device == "cuda"  # its own transport lines in log.txt (NCCL_DEBUG=INFO)
     spec = JobSpec(name, nodes=nodes, gpus_per_node=gpus_per_node, device=device,
-                   layout=f"collective benchmark: {', '.join(ops)}")
+                   nccl_debug=nccl, layout=f"collective benchmark: {', '.join(ops)}")
     args = ["--ops", ",".join(ops), "--scopes", ",".join(scopes), "-b", min_bytes,
             "-e", max_bytes, "-f", str(factor), "-n", str(iters), "-w", str(warmup),
             "--backend", "nccl" if device == "cuda" else "gloo",
-            "--json-out", "{run_dir}/busbw.jsonl"]
+            "--json-out", "{run_dir}/busbw.jsonl", *(["--nccl-debug"] if nccl else [])]
     return backends.submit(spec, backend=backend, cluster=cluster, overwrite=overwrite,
                            program=BENCH, program_args=args)
+
+
+def nccl_transports(run_dir: str | Path) -> dict | None:
+    """The NCCL section of a benchmark's (or a training run's) ``log.txt``: version and channel
+    counts per transport (``{"version", "transports": {"P2P", "SHM", "NET"}, ...}``), or None
+    when the log has no NCCL transport line (gloo, or NCCL_DEBUG unset)."""
+    from labkit.logs import parse_log
+
+    nccl = parse_log(Path(run_dir) / "log.txt").to_dict().get("nccl")
+    return nccl if nccl and sum((nccl.get("transports") or {}).values()) else None

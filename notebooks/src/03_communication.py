@@ -16,7 +16,6 @@ gpus_per_node = 2  # GPUs per node (processes per node on CPU)
 train_iters = 10  # iterations per training run (no training in this notebook)
 max_bytes = "4M"  # largest all-reduce message of the bandwidth sweep
 run_name = "nb03_busbw"  # the benchmark's folder under runs/
-two_node_run = "nb02_dp_2nodes"  # notebook 02's 2-node run (gpu profile: its NCCL lines are read)
 
 # %% [markdown]
 # ## 0 Versions
@@ -38,42 +37,11 @@ versions()
 # | `SHM` | same node | through host shared memory, when P2P is not possible |
 # | `NET` | across nodes | the network: `NET/IB` (InfiniBand), `NET/Socket` (TCP) |
 #
-# On `profile="gpu"` notebook 02's 2-node run exported `NCCL_DEBUG=INFO`, and below are **your
-# own run's** lines. On `profile="cpu"` there are none (gloo prints no transport lines), so
-# below is a **sample of the format, not a measurement**: a log a user posted publicly
-# (NVIDIA/nccl issue 952, a job of two 8-GPU nodes).
-
-# %%
-from labkit.config import RunConfig
-from labkit.lab import run_dir_of
-from labkit.logs import parse_log
-from labkit.paths import REPO_ROOT
-
-if profile == "gpu":
-    nccl_path = run_dir_of(RunConfig.for_profile(profile, name=two_node_run, backend=backend),
-                           cluster=cluster) / "log.txt"
-    assert nccl_path.is_file(), f"run notebook 02 first: its 2-node run writes {nccl_path}"
-    print(f"your own run: {two_node_run} (NCCL_DEBUG=INFO)")
-else:
-    nccl_path = REPO_ROOT / "tests/fixtures/logs/real/nccl_2.1x_socket_and_ipc_nccl952.txt"
-    print("SAMPLE of the format (a log posted in NVIDIA/nccl issue 952), not a measurement of "
-          "this machine")
-nccl_log = parse_log(nccl_path)
-print("NCCL", nccl_log.nccl_version or "(version not in the log)")
-nccl_log.nccl
-
-# %%
-transports = nccl_log.to_dict()["nccl"]["transports"]
-print(transports)
-if profile == "gpu":  # your own GPUs: NCCL must have found the links this layout has
-    assert transports["P2P"] + transports["SHM"] > 0 or gpus_per_node == 1, transports
-    if backend != "local" and nodes > 1:  # separate machines: their ranks meet over the network
-        assert transports["NET"] > 0, transports
-
-# %% [markdown]
-# On CPU the backend is **gloo**: it always talks TCP (inside a node over loopback, across
-# nodes over the network) and prints no transport lines. Whether the two paths differ is for
-# the benchmark below to measure.
+# On `profile="gpu"` the benchmark of section 2 runs with `NCCL_DEBUG=INFO`, and right after
+# it you read **your own run's** lines. On `profile="cpu"` the benchmark runs gloo, which always
+# talks TCP (inside a node over loopback, across nodes over the network) and prints no transport
+# lines: there you read a **sample of the format, not a measurement**, a log a user posted
+# publicly (NVIDIA/nccl issue 952, a job of two 8-GPU nodes).
 
 # %% [markdown]
 # ## 2 All-reduce bandwidth within a node and across nodes
@@ -90,6 +58,40 @@ bench_cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes
                                   gpus_per_node=gpus_per_node)
 bw = run_allreduce_bench(bench_cfg, cluster=cluster, max_bytes=max_bytes)
 bw.head()
+
+# %% [markdown]
+# Which transports did NCCL pick for the benchmark's channels?
+
+# %%
+import pandas as pd
+
+from labkit.comm import nccl_transports
+from labkit.lab import run_dir_of
+from labkit.logs import parse_log
+from labkit.paths import REPO_ROOT
+
+bench_dir = run_dir_of(bench_cfg, cluster=cluster)
+if bench_cfg.device == "cuda":
+    nccl = nccl_transports(bench_dir)
+    assert nccl, (f"the benchmark ran NCCL with NCCL_DEBUG=INFO, yet {bench_dir.name}/log.txt "
+                  f"has no transport line")
+    print(f"YOUR OWN RUN: the benchmark above ({bench_dir.name}/log.txt, NCCL_DEBUG=INFO), "
+          f"NCCL {nccl['version'] or '(version not in the log)'}")
+else:
+    print("This environment cannot show NCCL transports: on CPU the benchmark ran gloo, which "
+          "prints none.\nBelow is a SAMPLE of the format, NOT A MEASUREMENT of this machine: a log "
+          "a user posted in NVIDIA/nccl issue 952 (two 8-GPU nodes).")
+    sample = REPO_ROOT / "tests/fixtures/logs/real/nccl_2.1x_socket_and_ipc_nccl952.txt"
+    nccl = parse_log(sample).to_dict()["nccl"]
+transports = nccl["transports"]
+print("channels per transport:", transports)
+pd.DataFrame(nccl["channels"]).head(12)
+
+# %%
+if bench_cfg.device == "cuda":  # your own GPUs: NCCL must have found the links this layout has
+    assert transports["P2P"] + transports["SHM"] > 0 or gpus_per_node == 1, transports
+    if backend != "local" and nodes > 1:  # separate machines: their ranks meet over the network
+        assert transports["NET"] > 0, transports
 
 # %%
 import matplotlib.pyplot as plt

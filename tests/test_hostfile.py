@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit.backends.spec import JobSpec
+from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.hosts import cluster_hosts, parse_hostfile
 from labkit.render import job_hosts, render_hostfile_launch, render_site_hostfile
@@ -80,3 +81,37 @@ def test_existing_deepspeed_hostfile(tmp_path):
     with pytest.raises(ConfigError, match="cannot read hostfile"):
         cluster_hosts(ClusterProfile(name="ds", hostfile=str(tmp_path / "missing")))
     assert ClusterProfile.from_dict(site.to_dict()) == site  # YAML round trip
+
+
+def test_cli_renders_the_hostfile_backend_of_a_site(tmp_path, capsys):
+    """`labkit render --backend hostfile --cluster SITE.yaml`: the launch script and the
+    hostfile of the profile's hosts, as submit would write them."""
+    from labkit.cli import main
+
+    site = tmp_path / "site.yaml"
+    site.write_text("name: two-hosts\nlauncher: pdsh\nrun_root: " + str(tmp_path / "runs")
+                    + "\nhosts:\n  - {name: h1, address: 10.0.0.1, slots: 2}\n"
+                      "  - {name: h2, address: 10.0.0.2, slots: 2}\n")
+    cfg = tmp_path / "c.json"
+    RunConfig(name="hf_cli", nodes=2, gpus_per_node=2).to_json(cfg)
+    assert main(["render", str(cfg), "--backend", "hostfile", "--cluster", str(site)]) == 0
+    out = capsys.readouterr().out
+    assert "pdsh -S -R ssh" in out and "HOSTS=h1,h2" in out and "MASTER_ADDR=10.0.0.1" in out
+    assert f"RUN_DIR={tmp_path / 'runs' / 'hf_cli'}" in out
+    assert main(["render", str(cfg), "--backend", "hostfile", "--cluster", str(site),
+                 "--hostfile"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["h1 slots=2  # 10.0.0.1",
+                                                         "h2 slots=2  # 10.0.0.2"]
+
+
+def test_doctor_on_a_hostfile_site_runs_the_host_checks_not_the_slurm_ones():
+    from labkit.doctor import CHECKS, FAIL, run_doctor
+
+    site = ClusterProfile(name="hosts-only", hosts=({"name": "no-such-host.invalid", "slots": 1},))
+    some = [c for c in CHECKS if c[0] in ("slurm", "accounting", "hostfile")]
+    results = run_doctor(cluster=site, checks=some)
+    assert [r.name for r in results] == ["ssh / pdsh to hostfile hosts"], results
+    assert results[0].status == FAIL and "no-such-host.invalid" in results[0].detail
+    # --backend hostfile says so for a profile without hosts too: no Slurm check runs
+    results = run_doctor(cluster=ClusterProfile(name="plain"), checks=some, backend="hostfile")
+    assert [r.name for r in results] == ["ssh / pdsh to hostfile hosts"], results

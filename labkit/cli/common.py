@@ -9,7 +9,8 @@ from typing import Any
 
 # The library speaks Python (keyword arguments); a command-line user types options.
 _CLI_WORDS = {"resume=True": "--resume", "overwrite=True": "--overwrite",
-              "backend='local'": "--backend local", "backend='slurm'": "--backend slurm"}
+              "backend='local'": "--backend local", "backend='slurm'": "--backend slurm",
+              "backend='hostfile'": "--backend hostfile"}
 
 
 def for_cli_users(message: str) -> str:
@@ -32,8 +33,10 @@ def add_cluster(p: argparse.ArgumentParser, what: str = "Slurm jobs") -> None:
 
 
 def add_backend(p: argparse.ArgumentParser, default: str = "the config's backend") -> None:
-    p.add_argument("--backend", choices=["local", "slurm"],
-                   help=f"local: processes on this machine; slurm: sbatch (default: {default})")
+    p.add_argument("--backend", choices=["local", "slurm", "hostfile"],
+                   help=f"local: processes on this machine; slurm: sbatch; hostfile: the "
+                        f"--cluster profile's hosts over ssh (pdsh or deepspeed) "
+                        f"(default: {default})")
 
 
 def int_at_least(minimum: int):

@@ -15,7 +15,7 @@ JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit stat
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("submit", help="submit a run config (local backend or Slurm)",
+    p = sub.add_parser("submit", help="submit a run config (local, Slurm or hostfile backend)",
                        description="Write the run directory (config.json, job.sh, plan.json) "
                                    "and start the job. A run directory that already holds a run "
                                    "is refused unless --resume or --overwrite says what to do.")

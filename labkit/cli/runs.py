@@ -82,14 +82,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json(p, "the plan (a list of valid layouts when sweeping)")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("render", help="print the job script (sbatch or local) of a config",
+    p = sub.add_parser("render", help="print the job script (sbatch, local or hostfile) of a config",
                        description="Print the job script labkit would submit for a config, "
                                    "without submitting anything.")
     p.add_argument("config", metavar="CONFIG.json", help="the run config")
     add_backend(p)
     add_cluster(p)
     p.add_argument("--hostfile", action="store_true",
-                   help="print a DeepSpeed-style hostfile (node1 slots=N, ...) instead")
+                   help="print a DeepSpeed-style hostfile instead (node1 slots=N, ...; with "
+                        "--backend hostfile: the profile's hosts)")
     p.set_defaults(func=cmd_render)
 
 
@@ -228,12 +229,24 @@ def cmd_render(args: argparse.Namespace) -> int:
     from labkit.render import render_hostfile, render_local, render_sbatch
 
     cfg = RunConfig.from_json(args.config)
+    backend = args.backend or cfg.backend
+    if backend == "hostfile":  # the site's hosts: their hostfile, or the launch script
+        from labkit.render import job_hosts, render_hostfile_launch, render_site_hostfile
+        from labkit.site import resolve_cluster
+
+        cluster = resolve_cluster(args.cluster)
+        if args.hostfile:
+            sys.stdout.write(render_site_hostfile(job_hosts(cfg, cluster)))
+            return 0
+        d = (cluster.run_root_path() if cluster.run_root else run_dir(cfg.name).parent) / cfg.name
+        sys.stdout.write(render_hostfile_launch(cfg, cluster, d))
+        return 0
     if args.hostfile:
         sys.stdout.write(render_hostfile([f"node{i + 1}" for i in range(cfg.nodes)],
                                          cfg.gpus_per_node))
         return 0
     d = run_dir(cfg.name)
-    if (args.backend or cfg.backend) == "slurm":
+    if backend == "slurm":
         from labkit.site import resolve_cluster
 
         cluster = resolve_cluster(args.cluster)

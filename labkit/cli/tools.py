@@ -37,9 +37,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "a fix (SKIP where a check does not apply); exit 1 when any "
                                    "check FAILs.")
     add_cluster(p, "the Slurm checks and the probe job")
-    p.add_argument("--backend", choices=["local", "slurm"],
-                   help="probe the nodes with srun (slurm) or two local processes (local) "
-                        "(default: slurm when sinfo answers)")
+    p.add_argument("--backend", choices=["local", "slurm", "hostfile"],
+                   help="probe the nodes with srun (slurm) or two local processes (local); "
+                        "hostfile: the ssh, pdsh, port and interface checks of the profile's "
+                        "hosts instead of the Slurm ones (default: hostfile for a profile "
+                        "with hosts, else slurm when sinfo answers)")
     p.add_argument("--hostfile", metavar="FILE",
                    help="DeepSpeed-style hostfile: check passwordless ssh/pdsh to its hosts")
     p.add_argument("--nodes", type=positive_int, metavar="N",

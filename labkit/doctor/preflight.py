@@ -162,8 +162,10 @@ def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
         nodes: nodes for the probe job (default: the nodes the series' runs use).
         timeout_s: how long to wait for the probe job in all, the queue included; on Slurm
             the doctor then names the job, its state and queue reason, and cancels it.
-        backend: ``slurm`` or ``local`` to force how nodes are probed; None: Slurm when
-            sinfo answers.
+        backend: ``slurm`` or ``local`` to force how nodes are probed; ``hostfile``: the
+            profile's hosts are reached by ssh, so the Slurm checks are left out (the probe
+            runs here); None: ``hostfile`` for a profile with ``hosts`` or a ``hostfile``,
+            else Slurm when sinfo answers.
         checks: a subset of ``CHECKS`` (name, function) pairs.
         for_class: also the instructor's checks (``CLASS_CHECKS``): the shared run root per
             user, and ``students`` jobs of the series at once in the partition.
@@ -175,7 +177,14 @@ def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
     if profile is None:
         from labkit import minicluster
 
-        profile = minicluster.minicluster_cluster() if minicluster.is_up() else None
+        up = minicluster.is_up()
+        profile = None if not up else (minicluster.minicluster_hostfile_cluster()
+                                       if backend == "hostfile" else minicluster.minicluster_cluster())
+    if backend == "hostfile" or (backend is None and profile is not None
+                                 and (profile.hosts or profile.hostfile)):
+        # a site without Slurm: its hosts over ssh (the hostfile checks), no sinfo, no srun
+        wants_slurm, backend = False, "local"
+        checks = [c for c in checks or CHECKS if c[0] not in ("slurm", "accounting")]
     ctx = Context(profile=profile, wants_slurm=wants_slurm,
                   hostfile=Path(hostfile) if hostfile else None, nodes=nodes,
                   timeout_s=timeout_s, students=students, _mode=backend)

@@ -142,7 +142,8 @@ check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=bud
 # %%
 oom_cfg = base.replace(name=f"{run_prefix}_oom", micro_batch_size=oom_micro_batch,
                        global_batch_size=oom_micro_batch * base.dp,
-                       train_iters=min(train_iters, 3), **cap)
+                       train_iters=min(train_iters, 3),
+                       lr_warmup_iters=min(base.lr_warmup_iters, 3), **cap)
 oom_plan = plan(oom_cfg)
 print(oom_plan.summary())
 assert not oom_plan.fits, "the planner should predict that this micro batch does not fit"
@@ -213,6 +214,7 @@ from labkit.plots import plot_memory_timeline
 from labkit.profiling import memory_timeline
 
 mem_run = big_cfg.replace(name=f"{run_prefix}_memory_timeline", train_iters=3,
+                          lr_warmup_iters=min(big_cfg.lr_warmup_iters, 3),
                           torch_profiler=True, torch_profiler_memory=True)
 mem_job = launch(mem_run, cluster=cluster)
 assert mem_job.state() == "COMPLETED", mem_job.tail(30)

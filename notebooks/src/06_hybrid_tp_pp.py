@@ -40,12 +40,13 @@ versions()
 from labkit.config import RunConfig
 from labkit.exercises import FIXME, check_hybrid
 
-base = RunConfig.for_profile(profile, name=f"{run_prefix}_tp2_pp2", backend=backend,
-                             nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
+base = RunConfig.for_profile(profile, cluster=cluster, name=f"{run_prefix}_tp2_pp2",
+                             backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
+                             train_iters=train_iters)
 tp = 2  # EXERCISE
 pp = 2  # EXERCISE
 micro_batch_size = 2  # EXERCISE
-global_batch_size = 8  # EXERCISE
+global_batch_size = micro_batch_size * (nodes * gpus_per_node // (tp * pp)) * 2 * pp  # EXERCISE
 layout = check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
                       gpus_per_node=gpus_per_node, num_layers=base.num_layers,
                       num_attention_heads=base.num_attention_heads, want_tp=2, want_pp=2)

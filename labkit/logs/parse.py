@@ -10,6 +10,7 @@ iteration lines) make the collector ``busy``: every line is then fed until they 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +35,15 @@ NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"
 _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
                "context_parallel_size": "cp"}
-_MAX_WRAP = 8
-_CHUNK_ROWS = 20_000  # a wrapped iteration line is joined over at most this many pieces
+_MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
+_CHUNK_ROWS = 20_000  # iteration records are packed into a frame this often
+_FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron._FAST_INT else "float64"
+                for c in megatron._FAST_COLS}
+_FAST_OPTIONAL = [c for c in megatron._FAST_COLS if c == "timestamp" or c not in megatron._FAST_INT]
+# pandas >= 3.1 parses every float as Python's float() does (correctly rounded); older ones do
+# with the round-trip converter (tests/test_logs_speed.py checks either way).
+_EXACT_FLOATS: dict[str, str] = ({} if tuple(map(int, pd.__version__.split(".")[:2])) >= (3, 1)
+                                  else {"float_precision": "round_trip"})
 
 
 @dataclass
@@ -110,7 +118,7 @@ class _Collector:
         # Iteration records are packed into DataFrame chunks as they come, so memory grows with
         # the compact table, not with one Python dict per iteration.
         self.iter_rows: list[dict[str, Any]] = []
-        self.fast_rows: list[tuple] = []  # bytes fields of whole Megatron lines (fastscan.py)
+        self.fast_rows: list[bytes] = []  # whole Megatron lines as CSV rows (fastscan.py)
         self.iter_chunks: list[pd.DataFrame] = []
         self.memory: list[dict[str, Any]] = []
         self.validation: list[dict[str, Any]] = []
@@ -159,35 +167,30 @@ class _Collector:
             self._pack_fast()
         self.iter_rows.append(rec)
         if len(self.iter_rows) >= _CHUNK_ROWS:
-            self.iter_chunks.append(_pack(self.iter_rows))
-            self.iter_rows = []
+            self.pack_rows()
 
-    def add_fast(self, groups: tuple) -> None:
-        """One iteration line in the common Megatron format, as megatron._FAST's bytes groups."""
+    def pack_rows(self) -> None:
+        """Pack the iteration records of the general path (before rows of the fast path follow)."""
         if self.iter_rows:
             self.iter_chunks.append(_pack(self.iter_rows))
             self.iter_rows = []
-        self.fast_rows.append(groups)
+
+    def add_fast(self, row: bytes) -> None:
+        """One iteration line in the common Megatron format: megatron._FAST's groups as one CSV
+        row (``b",".join(match.groups(b""))``, an absent field empty)."""
+        self.pack_rows()
+        self.fast_rows.append(row)
         if len(self.fast_rows) >= _CHUNK_ROWS:
             self._pack_fast()
 
     def _pack_fast(self) -> None:
-        """Column by column, the same frame _pack makes of megatron._parse_fast's records."""
-        columns = zip(*self.fast_rows, strict=True)  # the rows are unpacked here ...
-        self.fast_rows.clear()  # ... so the list can be emptied in place (fastscan holds it)
-        data: dict[str, list] = {}
-        for name, col in zip(megatron._FAST_COLS, columns, strict=True):
-            if name == "timestamp":
-                values = [None if v is None else v.decode() for v in col]
-            elif name in megatron._FAST_INT:
-                values = list(map(int, col))  # never optional
-            elif None in col:
-                values = [None if v is None else float(v) for v in col]
-            else:
-                values = list(map(float, col))
-            if any(v is not None for v in values):  # a record dict leaves out a missing field
-                data[name] = values
-        self.iter_chunks.append(_pack_columns(data))
+        """The same frame _pack makes of megatron._parse_fast's records, parsed by pandas' C reader."""
+        blob = b"\n".join(self.fast_rows)
+        self.fast_rows.clear()  # emptied in place (fastscan holds the list)
+        df = pd.read_csv(io.BytesIO(blob), header=None, names=list(megatron._FAST_COLS), engine="c",
+                         dtype=_FAST_DTYPES, keep_default_na=False, na_values=[""], **_EXACT_FLOATS)
+        absent = [c for c in _FAST_OPTIONAL if df[c].isna().all()]  # a record dict leaves them out
+        self.iter_chunks.append(_pack_columns(df.drop(columns=absent) if absent else df))
 
     def iterations(self) -> pd.DataFrame:
         """All iteration records; several records of one iteration merge (the last value wins)."""

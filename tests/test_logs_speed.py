@@ -1,0 +1,97 @@
+"""The fast path for big log files (labkit/logs/fastscan.py): the same frames as the general path.
+
+Speed itself is a benchmark figure (benchmarks/bench_parse.py), never a timed test.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from labkit.logs import fastscan, parse_log
+from labkit.logs import parse as parse_mod
+from labkit.logs.megatron import _FAST_COLS, _FAST_INT
+
+FIX = Path(__file__).parent / "fixtures" / "logs"
+ALL_FIXTURES = sorted(FIX.glob("*.txt")) + sorted((FIX / "real").glob("*.txt"))
+pytestmark = pytest.mark.skipif(not fastscan.available(), reason="the hyperscan package is not installed")
+
+
+def _frames(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pd.DataFrame, pd.DataFrame]:
+    with monkeypatch.context() as m:
+        m.setattr(fastscan, "CHUNK", 1 << 12)
+        m.setattr(fastscan, "FAST_PACK_ROWS", 7)
+        fast = parse_log(path).iterations
+    with monkeypatch.context() as m:
+        m.setenv("LABKIT_NO_HYPERSCAN", "1")
+        m.setenv("LABKIT_NO_GREP", "1")
+        general = parse_log(path).iterations
+    return fast, general
+
+
+@pytest.mark.parametrize("fixture", ALL_FIXTURES, ids=[p.name for p in ALL_FIXTURES])
+def test_fast_path_frame_is_the_general_paths(fixture, monkeypatch):
+    """Whole frames (timestamps and dtypes too), not only the JSON document."""
+    fast, general = _frames(fixture, monkeypatch)
+    pd.testing.assert_frame_equal(fast, general)
+
+
+def _number(rng: random.Random) -> str:
+    """A number as megatron._FAST takes it: up to 20 digits, a fraction, an exponent."""
+    s = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 20)))
+    if rng.random() < 0.7:
+        s += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 20)))
+    if rng.random() < 0.5:
+        s += f"E{rng.choice('+-')}{rng.randint(0, 999):0{rng.randint(1, 3)}d}"
+    return s
+
+
+def test_fast_rows_parse_as_python_does():
+    """pandas' C reader gives exactly float() and int() of every field, extremes included."""
+    rng = random.Random(5)
+    floats = [_number(rng) for _ in range(3000)]
+    floats += ["1E+999", "1E-999", "4.9E-324", "2.2250738585072014E-308", "9007199254740993", "0.1",
+               "179769313486231580793.7E+288"]
+    col = parse_mod._Collector()
+    expect = []
+    for i, f in enumerate(floats):
+        fields = {c: str(i) for c in _FAST_INT}
+        fields.update({c: f for c in _FAST_COLS if c not in _FAST_INT and c != "timestamp"})
+        fields["timestamp"] = "2026-11-22 03:30:01.123456789" if i % 2 else ""
+        fields["consumed_samples"] = str(rng.randrange(10**15))
+        col.add_fast(",".join(fields[c] for c in _FAST_COLS).encode())
+        expect.append(fields)
+    df = col.iterations()
+    assert list(df["consumed_samples"]) == [int(e["consumed_samples"]) for e in expect]
+    for c in ("elapsed_ms", "lr", "lm_loss", "grad_norm", "tflops_per_gpu", "loss_scale"):
+        assert df[c].tolist() == [float(e[c]) for e in expect]
+    assert df["timestamp"].isna().tolist() == [not e["timestamp"] for e in expect]
+
+
+def test_fast_path_frame_on_a_long_mixed_log(tmp_path, monkeypatch):
+    """Common-format lines of every shape (prefix, timestamp, optional fields) between other lines."""
+    rng = random.Random(11)
+    others = [ln for f in ALL_FIXTURES for ln in f.read_bytes().splitlines()]
+    prefixes = [b"", b"3: ", b"[rank7]: ", b"[default0]:", b"[1,0]<stdout>:"]
+    out = []
+    for i in range(1, 2500):
+        line = (f" [2026-11-22 03:30:{i % 60:02d}] iteration {i:8d}/   10000 | consumed samples: "
+                f"{8 * i:10d} | elapsed time per iteration (ms): {800 + i % 13}.{i % 7} | "
+                f"throughput per GPU (TFLOP/s/GPU): {i % 97}.5 | learning rate: {i * 1.7e-7:.6E} | "
+                f"global batch size:     8 | lm loss: "
+                f"{9 / (1 + i):.6E} | loss scale: 1.0 | grad norm: {i % 5}.25 | number of skipped iterations:"
+                f"   0 | number of nan iterations:   0 |")
+        for drop in rng.sample(["[2026", "throughput", "lm loss", "grad norm"], rng.randrange(5)):
+            start = line.index(drop)
+            line = line[:start] + line[line.index("|", start) + 2:] if drop != "[2026" else \
+                line[:start] + line[line.index("] ", start) + 2:]
+        out.append(rng.choice(prefixes) + line.encode() + rng.choice([b"", b"\r", b"  "]))
+        out += rng.sample(others, rng.randrange(3))
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"\n".join(out))
+    fast, general = _frames(log, monkeypatch)
+    pd.testing.assert_frame_equal(fast, general)
+    assert len(fast) >= 2499

@@ -285,11 +285,12 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
     if global_batch_size % (micro_batch_size * dp):
         k = micro_batch_size * dp
         p.append(f"global batch {global_batch_size} is not divisible by micro "
-                 f"{micro_batch_size} x DP {dp} = {k}; try {k * max(1, global_batch_size // k)}.")
+                 f"{micro_batch_size} x DP {dp} = {k}: each microbatch round takes {k} samples.")
     elif pp > 1 and global_batch_size // (micro_batch_size * dp) < pp:
         m = global_batch_size // (micro_batch_size * dp)
-        p.append(f"only {m} microbatch(es) for PP={pp} stages: the pipeline never fills; use "
-                 f"global batch >= {micro_batch_size * dp * pp}.")
+        p.append(f"only {m} microbatch(es) for PP={pp} stages: the pipeline never fills; it "
+                 f"needs at least one microbatch per stage, each of micro {micro_batch_size} x "
+                 f"DP {dp} samples.")
     m = global_batch_size // (micro_batch_size * dp) if not p else 0
     return _finish("hybrid", p, f"TP={tp} x PP={pp} x DP={dp} = {ws} ranks; {m} microbatches "
                    f"of {micro_batch_size}; bubble (PP-1)/m = {(pp - 1) / max(m, 1):.2f}.",
@@ -321,14 +322,25 @@ def check_max_micro_batch(answer: Any, *, peak_gb_by_micro_batch: dict[int, floa
 
 def check_value(name: str, answer: Any, expected: Any, *, hint: str,
                 rel_tol: float = 0.05) -> CheckResult:
-    """A generic check: a number within ``rel_tol`` (or an exact match for anything else)."""
+    """A generic check: a number within ``rel_tol`` (or an exact match for anything else).
+
+    A wrong answer gets ``hint`` (which must guide without the result: which numbers to
+    combine, the rule) and, for a number, whether it is too high or too low; never the
+    expected value."""
     if (r := _unfilled(name, expected, **{name: answer})) is not None:
         return r
-    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+    numeric = isinstance(expected, (int, float)) and not isinstance(expected, bool)
+    if numeric:
         ok = isinstance(answer, (int, float)) and math.isclose(answer, expected, rel_tol=rel_tol)
     else:
         ok = answer == expected
-    problems = [] if ok else [f"{name} = {answer!r}, expected {expected!r}: {hint}"]
+    if ok:
+        problems = []
+    elif numeric and isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        side = "too high" if answer > expected else "too low"
+        problems = [f"{name} = {answer!r} is {side}. {hint}"]
+    else:
+        problems = [f"{name} = {answer!r} is not it. {hint}"]
     return _finish(name, problems, f"{name} = {expected!r}.", answer, expected)
 
 

@@ -101,6 +101,7 @@ def _probe_root(ctx: Context) -> Path:
 def run_probes(ctx: Context) -> ProbeRun:
     """Submit the probe job (Slurm) or start two local probes; collect their records."""
     out = _probe_root(ctx)
+    made = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -141,10 +142,11 @@ def run_probes(ctx: Context) -> ProbeRun:
         run.error = "; ".join(dict.fromkeys(errs))[:600]
         run.fix = f"check that this Python ({sys.executable}) runs code/doctor_probe.py"
     shutil.rmtree(out, ignore_errors=True)  # our own scratch folder; the results are in run
-    try:
-        out.parent.rmdir()  # .doctor/, when no other doctor run is using it
-    except OSError:
-        pass
+    for d in made[1:]:  # .doctor/ and any run root folder this made, unless now in use
+        try:
+            d.rmdir()
+        except OSError:
+            break
     return run
 
 

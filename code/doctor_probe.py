@@ -1,4 +1,4 @@
-"""The per-node half of ``labkit doctor``: one process per node, started by srun (or locally).
+"""The per-node half of ``labkit doctor``: one process per node, in a Slurm job (or locally).
 
 Each process writes what it finds to ``<out>/rank-<r>.json`` in the run root, after every
 phase, so a probe killed half-way still says how far it got:

@@ -137,3 +137,37 @@ def test_unreachable_host_is_refused_before_launch(hostfile_site, run_root):
     with pytest.raises(SubmissionError, match="no-such-node.invalid"):
         submit(_cfg("hf_unreachable"), cluster=hostfile_site.replace(hosts=tuple(hosts)))
     assert not (run_root / "hf_unreachable").exists()
+
+
+def test_a_lost_host_fails_the_job_with_a_hint_naming_it(hostfile_site, run_root):
+    """node2 goes away under a running job: everything the job runs there dies at once (as in a
+    crash, an OOM kill of the agent or a reboot). The job ends FAILED, the host is named in
+    ``lost_hosts`` and in the failure's hint, and nothing of the job is left on node1."""
+    from labkit.backends import hostfile
+
+    job = submit(_cfg("hf_lost", train_iters=10_000), cluster=hostfile_site)
+    token = job.info["token"]
+    end = time.time() + 300
+    while time.time() < end and "iteration        1/" not in job.log_path.read_text():
+        assert job.state() is JobState.RUNNING, job.tail(40)
+        time.sleep(2)
+    on_node2 = set(subprocess.run(["ip", "netns", "pids", "lk-node2"], capture_output=True,
+                                  text=True, check=True).stdout.split())
+    victims = [p for p in _token_pids(token) if str(p) in on_node2]
+    assert any("torchrun" in _cmdline(p) for p in victims), [_cmdline(p) for p in victims]
+    try:
+        for pid in victims:
+            os.kill(pid, 9)
+        st = job.wait(timeout=300, progress=False)
+        assert st is JobState.FAILED, (st, job.tail(40))
+        assert hostfile.lost_hosts(job) == ["node2"], job.tail(40)
+        message = str(job.failure_error(st))
+        assert "lost host node2" in message and "ssh node2 uptime" in message, message
+        assert job.exit_code() not in (None, 0)
+        end = time.time() + 60  # node1's ranks end once their peers on node2 are gone
+        while _token_pids(token) and time.time() < end:
+            time.sleep(1)
+        assert _token_pids(token) == [], [_cmdline(p) for p in _token_pids(token)]
+    finally:
+        if job.state() is JobState.RUNNING:
+            job.cancel()

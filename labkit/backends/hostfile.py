@@ -19,7 +19,8 @@ Every process the job starts on a host carries a random token in its environment
 the launcher and, over ssh on every host, exactly the processes with the job's token in that
 host's network namespace (on the mini-cluster the nodes share one process table), SIGTERM then
 SIGKILL. A host that ssh no longer reaches when the job ends is named in ``hosts/lost``; the job
-is then NODE_FAIL, with the host in the log.
+is then NODE_FAIL, with the host in the log. A host whose agent ended without reporting its exit
+code (pdsh launcher) is lost too: the job is FAILED, and ``failure_hint`` names the host.
 """
 
 from __future__ import annotations
@@ -99,12 +100,41 @@ def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
     return start_launcher(spec.name, run_dir, "hostfile", info=info)
 
 
-def lost_hosts(job: Job) -> list[str]:
-    """Hosts the job's script found unreachable by ssh when the job ended."""
+def unreachable_hosts(job: Job) -> list[str]:
+    """Hosts the job's script found unreachable by ssh when the job ended (``hosts/lost``)."""
     try:
         return (job.run_dir / "hosts" / "lost").read_text().split()
     except OSError:
         return []
+
+
+def lost_hosts(job: Job) -> list[str]:
+    """Hosts the job lost, once it ended (not by a cancel): those ssh no longer reached, and,
+    with the pdsh launcher, those whose agent never wrote its exit code (``hosts/RANK.exit``):
+    its processes were killed, or the host rebooted or was cut off under the job."""
+    lost = unreachable_hosts(job)
+    hosts = job.info.get("hosts")
+    if (job.info.get("launcher") == "pdsh" and isinstance(hosts, list) and job.exit_code()
+            and not (job.run_dir / CANCELLED_MARK).exists()):
+        lost += [str(h) for rank, h in enumerate(hosts) if str(h) not in lost
+                 and not (job.run_dir / "hosts" / f"{rank}.exit").exists()]
+    return lost
+
+
+def failure_hint(job: Job, state: JobState) -> str | None:
+    """The hint for a job that lost hosts: which, and what to do (``Job.failure_error``)."""
+    lost = lost_hosts(job) if state in (JobState.FAILED, JobState.NODE_FAIL) else []
+    if not lost:
+        return None
+    gone = unreachable_hosts(job)
+    names = ", ".join(lost)
+    why = ("ssh no longer reaches it" if set(lost) <= set(gone) else
+           "its torchrun agent ended without reporting an exit code (killed, the host rebooted "
+           "or its network went down)")
+    return (f"lost host {names}: {why}; the other hosts' ranks then failed waiting for its "
+            f"ranks. Check {lost[0]} (ssh {lost[0]} uptime; dmesg there) and run `labkit doctor "
+            f"--cluster SITE.yaml` on the profile {job.info.get('cluster')!r}; resubmit with "
+            f"--resume once it answers, or without it (take it out of the profile's hosts)")
 
 
 def _state(job: Job) -> JobState:
@@ -117,7 +147,7 @@ def _state(job: Job) -> JobState:
     code = job.exit_code()
     if code == 0:
         return JobState.COMPLETED
-    return JobState.NODE_FAIL if lost_hosts(job) else JobState.FAILED
+    return JobState.NODE_FAIL if unreachable_hosts(job) else JobState.FAILED
 
 
 def states(jobs: list[Job]) -> dict[str, JobState]:

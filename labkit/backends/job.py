@@ -240,7 +240,9 @@ class Job:
                 break
         elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0, end - self.submitted_at)))
         tail = self.tail(20)
-        hint = _diagnosis(self, st) or _STATE_HINTS.get(st, "")
+        backend_hint = getattr(backend_module(self.backend), "failure_hint", None)
+        hint = ((backend_hint(self, st) if backend_hint else None) or _diagnosis(self, st)
+                or _STATE_HINTS.get(st, ""))
         msg = (f"job {self.job_id} ({self.name}) ended {st} after {elapsed} "
                f"(exit code {self.exit_code()})."
                + (f"\nLikely cause: {hint}" if hint else "")

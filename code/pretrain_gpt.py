@@ -305,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             kind = type(exc).__name__ if type(exc).__module__ == "builtins" else \
                 f"{type(exc).__module__}.{type(exc).__name__}"
             log.emit(f"{kind}: {exc}".strip(), err=True)
+        elif isinstance(exc, getattr(sys.modules.get("engine_ckpt"), "CheckpointError", ())):
+            # A checkpoint that cannot be written (full disk) or read (truncated): one message.
+            log.emit(f"[labkit] rank {rank} failed during {STATE['phase']} at iteration "
+                     f"{STATE['iteration']}: {exc}", err=True)
         elif "closed by peer" in str(exc) or "Connection reset" in str(exc):
             # Another rank died first (its own report says why); one line here is enough.
             log.emit(f"[labkit] rank {rank} stopped during {STATE['phase']} at iteration "

@@ -119,6 +119,17 @@ def test_unschedulable_probe_is_given_up_with_the_queue_reason(slurm_cluster, en
     assert took < 15 + 120, took  # bounded: the wait, plus the checks that need no job
 
 
+def test_more_nodes_than_the_partition_has_waits_with_its_reason(slurm_cluster, env, tmp_path):
+    """Slurm queues a 3-node job on the 2-node partition (it never refuses it): the doctor
+    gives up after --timeout, says PartitionNodeLimit and what to lower, and cancels it."""
+    site = _site(tmp_path / "site.yaml", slurm_cluster, run_root=str(tmp_path / "runs"))
+    r = doctor.run_doctor(site, nodes=3, timeout_s=10,
+                          checks=[c for c in CHECKS if c[0] == "probe_job"])[0]
+    assert r.status == "FAIL" and "(3 node(s)) still PENDING after 10s" in r.detail, r
+    assert "queue reason: PartitionNodeLimit" in r.detail and "cancelled it" in r.detail
+    assert "lower --nodes" in r.fix and "TotalNodes" in r.fix
+
+
 def test_missing_or_unreadable_data_fails_naming_each_node(slurm_cluster, env, tmp_path):
     """The site's own checkout (code_dir) beside a data/ folder with no .bin and a vocab.json
     that cannot be read: what pretrain_gpt.py in that code_dir would read."""

@@ -344,7 +344,7 @@ def check_allreduce(ctx: Context) -> Result:
     stuck = {p["rank"]: p.get("allreduce", {}).get("error") or f"stopped in phase {p['phase']}"
              for p in run.records if p not in done}
     lost = sorted(set(range(run.expected)) - {p["rank"] for p in run.records})
-    detail = (f"all-reduce over {_where(ctx)} did not finish within {ctx.timeout_s:.0f}s"
+    detail = (f"all-reduce over {_where(ctx)} did not finish within {ctx.phase_s:.0f}s"
               if run.timed_out else f"all-reduce over {_where(ctx)} failed")
     detail += f": {stuck}" + (f"; no report from rank(s) {lost}" if lost else "")
     return Result(name, FAIL, detail, "a hang here is a hang in training: check the interface "

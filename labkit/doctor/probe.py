@@ -27,8 +27,9 @@ QUEUE_FIXES = [
                       "PartitionName={partition} State=UP`), or set another partition in the site "
                       "profile"),
     ("PartitionInactive", "the partition is INACTIVE: ask the admins, or use another partition"),
-    ("PartitionNodeLimit", "the job asks more nodes than the partition allows per job: lower "
-                           "--nodes (scontrol show partition {partition}: MaxNodes)"),
+    ("PartitionNodeLimit", "the job asks more nodes than the partition has or allows per job: "
+                           "lower --nodes (scontrol show partition {partition}: TotalNodes, "
+                           "MaxNodes)"),
     ("PartitionTimeLimit", "the job's time limit exceeds the partition's: lower time_limit in "
                            "the site profile"),
     ("ReqNodeNotAvail", "nodes it needs are down, drained or reserved: `sinfo -R` says why; "
@@ -80,11 +81,13 @@ def queue_fix(reason: str, partition: str | None) -> str:
 
 def job_state(job_id: str, slurm_conf: str | None) -> tuple[str | None, str]:
     """(Slurm state, queue reason) of a job (``squeue -h -j ID -t all -o %T|%r``); state None
-    when squeue no longer lists it (finished and forgotten) or cannot be asked."""
+    when squeue no longer lists it (finished and forgotten), ``UNKNOWN`` when squeue fails."""
     from labkit.backends.slurm import run_cmd
 
     p = run_cmd(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%r"],
                 slurm_conf=slurm_conf, timeout=20)
+    if p.returncode and "invalid job id" not in (p.stderr + p.stdout).lower():
+        return "UNKNOWN", f"squeue does not answer: {(p.stderr or p.stdout).strip()[:200]}"
     line = p.stdout.strip().splitlines()[:1] if p.returncode == 0 else []
     if not line:
         return None, ""

@@ -56,3 +56,52 @@ def test_cluster_none_reads_the_site_of_labkit_cluster(tmp_path, monkeypatch):
 def test_a_wrong_gpus_per_node_is_refused_with_the_field_named(value):
     with pytest.raises(ConfigError, match="gpus_per_node"):
         ClusterProfile(gpus_per_node=value)
+
+
+# --- labkit plan / check with --cluster -------------------------------------------------------
+def _gpu_config(tmp_path, **kw) -> Path:
+    p = tmp_path / "gpu.json"
+    RunConfig.for_profile("gpu", cluster=ClusterProfile(), name="g", **kw).to_json(p)
+    return p
+
+
+def _site(tmp_path, text: str) -> Path:
+    y = tmp_path / "site.yaml"
+    y.write_text(text)
+    return y
+
+
+def test_plan_takes_the_budget_from_the_site(tmp_path, capsys, monkeypatch):
+    import json
+
+    from labkit.cli import main
+
+    monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
+    cfg = _gpu_config(tmp_path)
+    site = _site(tmp_path, "name: small\ngpu_memory_gb: 24\n")
+    assert main(["plan", str(cfg), "--cluster", str(site), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["gpu_memory_gb"] == 24.0
+    assert "site profile small's gpu_memory_gb" in out.err
+    assert main(["plan", str(cfg), "--cluster", str(site), "--gpu-memory-gb", "40",
+                 "--json"]) == 0  # the flag wins over the site
+    assert json.loads(capsys.readouterr().out)["gpu_memory_gb"] == 40.0
+    monkeypatch.setenv("LABKIT_CLUSTER", str(site))  # the class's one setting
+    assert main(["plan", "--preset", "gpt2-124m", "--nodes", "1", "--gpus-per-node", "8"]) == 0
+    assert "24 GB per GPU" in capsys.readouterr().out
+
+
+def test_check_refuses_a_gpu_config_the_sites_gpus_cannot_hold(tmp_path, capsys):
+    import json
+
+    from labkit.cli import main
+
+    big = _gpu_config(tmp_path, micro_batch_size=64, global_batch_size=1024)
+    site = _site(tmp_path, "name: small\ngpu_memory_gb: 24\ngpus_per_node: 4\n")
+    assert main(["check", str(big), "--cluster", str(site), "--json"]) == 2
+    errors = json.loads(capsys.readouterr().out)["errors"]
+    assert any("gpus_per_node=8" in e and "have 4 GPUs" in e for e in errors), errors
+    assert any("GB per GPU" in e and "have 24 GB" in e for e in errors), errors
+    ok = _gpu_config(tmp_path, nodes=4, gpus_per_node=4)
+    assert main(["check", str(ok), "--cluster", str(site), "--json"]) == 0, capsys.readouterr()
+    assert main(["check", str(ok), "--cluster", str(SITE)]) == 0  # 80 GB x 8: fits as well

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
 from labkit.errors import ConfigError, LabkitError
+
+if TYPE_CHECKING:
+    from labkit.config import RunConfig
 
 
 def _presets() -> list[str]:
@@ -49,7 +53,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a run config or a site profile (2: invalid)",
                        description="Validate a run config: its summary when valid (exit 0), "
                                    "every broken rule with its numbers and a fix when not (exit 2). "
-                                   "With --cluster SITE.yaml, the site profile is checked too.")
+                                   "With --cluster SITE.yaml, the site profile is checked too, "
+                                   "and a GPU config against the site's GPUs (GPUs per node, "
+                                   "memory).")
     p.add_argument("config", nargs="?", metavar="CONFIG.json", help="the run config to check")
     p.add_argument("--cluster", metavar="SITE.yaml|NAME",
                    help="a site profile to check (e.g. the one $LABKIT_CLUSTER names): every "
@@ -78,7 +84,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-node", type=positive_int, metavar="N",
                    help="GPUs (on CPU: processes) per node of the cluster shape")
     p.add_argument("--gpu-memory-gb", type=float, metavar="GB",
-                   help="memory of one GPU in GB (implies a GPU for a preset)")
+                   help="memory of one GPU in GB (implies a GPU for a preset; default: the "
+                        "site's gpu_memory_gb for a GPU run, else the config's)")
+    add_cluster(p, "a GPU run's memory budget (its gpu_memory_gb)")
     add_json(p, "the plan (a list of valid layouts when sweeping)")
     p.set_defaults(func=cmd_plan)
 
@@ -101,12 +109,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not args.config and not args.cluster:
         warn("labkit check: give CONFIG.json, or --cluster SITE.yaml to check a site profile")
         return 2
-    if args.cluster:
-        code = _check_cluster(args.cluster, as_json=args.json and not args.config)
+    if args.cluster and not (args.json and args.config):  # with both: one JSON answer below
+        code = _check_cluster(args.cluster, as_json=args.json)
         if code or not args.config:
             return code
     try:
         cfg = RunConfig.from_json(args.config)
+        if args.cluster:
+            _check_on_site(cfg, args.cluster)
     except ConfigError as e:
         if not args.json:
             raise
@@ -117,6 +127,48 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         say(cfg.summary())
     return 0
+
+
+def _site_memory(cfg: RunConfig, cluster: str | None, given: float | None) -> RunConfig:
+    """``cfg`` with a GPU run's memory budget from ``--gpu-memory-gb``, else the site's
+    ``gpu_memory_gb`` (``--cluster``, else $LABKIT_CLUSTER...), else as it is."""
+    if given is not None:
+        return cfg.replace(gpu_memory_gb=given)
+    if cfg.device != "cuda":
+        return cfg
+    from labkit.site import resolve_cluster
+
+    site = resolve_cluster(cluster)
+    if site.gpu_memory_gb is None or float(site.gpu_memory_gb) == cfg.gpu_memory_gb:
+        return cfg
+    warn(f"GPU memory {site.gpu_memory_gb:g} GB per GPU: site profile {site.name}'s "
+         f"gpu_memory_gb (the config says {cfg.gpu_memory_gb:g})")
+    return cfg.replace(gpu_memory_gb=float(site.gpu_memory_gb))
+
+
+def _check_on_site(cfg: RunConfig, cluster: str) -> None:
+    """ConfigError naming what a GPU config asks of the site's GPUs that they do not have."""
+    from labkit.planner import plan
+    from labkit.site import load_cluster
+
+    site = load_cluster(cluster)
+    if cfg.device != "cuda":
+        return
+    problems = []
+    if site.gpus_per_node is not None and cfg.gpus_per_node > site.gpus_per_node:
+        problems.append(f"gpus_per_node={cfg.gpus_per_node} but the nodes of site {site.name} "
+                        f"have {site.gpus_per_node} GPUs (gpus_per_node in {cluster}): use at "
+                        f"most {site.gpus_per_node} per node, and more nodes")
+    if site.gpu_memory_gb is not None:
+        p = plan(cfg.replace(gpu_memory_gb=float(site.gpu_memory_gb)))
+        if not p.fits:
+            problems.append(f"run {cfg.name!r} needs {p.required_gb:.1f} GB per GPU, the GPUs "
+                            f"of site {site.name} have {site.gpu_memory_gb:g} GB (gpu_memory_gb "
+                            f"in {cluster}): lower micro_batch_size, or raise tensor/pipeline "
+                            f"parallelism, recompute or the distributed optimizer "
+                            f"(labkit plan CONFIG --cluster {cluster})")
+    if problems:
+        raise ConfigError(problems, name=cfg.name)
 
 
 def _check_cluster(path: str, *, as_json: bool) -> int:
@@ -185,9 +237,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"labkit plan takes CONFIG.json or --preset, not both (got "
                           f"{args.config} and --preset {args.preset})")
     if args.config and not sweep:
-        cfg = RunConfig.from_json(args.config)
-        if args.gpu_memory_gb is not None:
-            cfg = cfg.replace(gpu_memory_gb=args.gpu_memory_gb)
+        cfg = _site_memory(RunConfig.from_json(args.config), args.cluster, args.gpu_memory_gb)
         p = plan(cfg)
         if args.json:
             show_json(p.to_dict())
@@ -201,6 +251,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     base = base_config(model, world_size=args.world_size, nodes=args.nodes,
                        gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
                        profile=args.profile)
+    base = _site_memory(base, args.cluster, args.gpu_memory_gb)
     from labkit.planner.calibration import calibrated_hardware, describe
 
     hw = calibrated_hardware(base)  # this machine's or cluster's measurements, where stored

@@ -121,3 +121,16 @@ def test_class_run_root_that_cannot_be_created_fails(tmp_path):
     r = check_class_run_root(_site(tmp_path, f"{blocker}/{{user}}/runs"))
     assert r.status == "FAIL" and "cannot create a folder in my run root" in r.detail
     assert str(blocker) in r.detail
+
+
+def test_the_probe_and_fit_take_the_series_shape_from_the_site():
+    """Nodes: the series' multi-node runs (2), or --nodes; per node: the site's GPUs on a GPU
+    site (its gpus_per_node), the cpu profile's processes otherwise. Never 'up to 8'."""
+    gpu_site = ClusterProfile(name="g", gpu_request="gres", gpus_per_node=4)
+    assert doctor.Context(profile=gpu_site, wants_slurm=True).series_shape() == (2, 4)
+    assert doctor.Context(profile=gpu_site, wants_slurm=True, nodes=3).series_shape() == (3, 4)
+    cpu_site = ClusterProfile(name="c", gpu_request="none")
+    assert doctor.Context(profile=cpu_site, wants_slurm=True).series_shape() == (2, 2)
+    prefix, tok = doctor.Context(profile=ClusterProfile(name="s", code_dir="/shared/lk/code")
+                                 ).data_location()
+    assert (str(prefix), str(tok)) == ("/shared/lk/data/corpus_text_document", "/shared/lk/data/tokenizer")

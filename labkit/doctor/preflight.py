@@ -51,11 +51,12 @@ class Context:
 
     def series_shape(self) -> tuple[int, int]:
         """(nodes, processes per node) of the series' runs on this site: those of
-        ``RunConfig.for_profile`` (``gpu`` where the site has GPUs, else ``cpu``), the
-        shape the notebooks' multi-node runs take; ``nodes`` overrides the node count."""
+        ``RunConfig.for_profile`` (``gpu`` where the site has GPUs, with the site's
+        ``gpus_per_node``; else ``cpu``), the shape the notebooks' multi-node runs take;
+        ``nodes`` overrides the node count."""
         from labkit.config import RunConfig
 
-        cfg = RunConfig.for_profile("gpu" if self.wants_cuda else "cpu")
+        cfg = RunConfig.for_profile("gpu" if self.wants_cuda else "cpu", cluster=self.profile)
         return self.nodes or cfg.nodes, cfg.gpus_per_node
 
     def data_location(self) -> tuple[Path, Path]:

@@ -53,7 +53,7 @@ def _needs(ctx: Context) -> tuple[str, int, int]:
     from labkit.config import RunConfig
 
     profile = "gpu" if ctx.wants_cuda else "cpu"
-    cfg = RunConfig.for_profile(profile)
+    cfg = RunConfig.for_profile(profile, cluster=ctx.profile)
     return profile, cfg.seq_length, cfg.vocab_size
 
 

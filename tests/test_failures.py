@@ -88,6 +88,13 @@ CASES = [
     ("node_failure", "slurmstepd: *** JOB 4242 CANCELLED AT 2016-03-04T00:00:07 DUE TO NODE FAILURE on "
      "node1 ***", None, "--exclude"),
     ("node_failure", "srun: error: Node failure on node7", None, "--exclude"),
+    # Python's OSError for errno 28 (strerror "No space left on device")
+    ("disk_full", "OSError: [Errno 28] No space left on device: '/scratch/run/checkpoints/"
+     "iter_0000010/__0_0.distcp'", None, "df -h"),
+    # code/engine_ckpt.py's message for a checkpoint it cannot load (the real one: test_ckpt_disk.py)
+    ("bad_checkpoint", "[labkit] rank 0 failed during checkpoint load at iteration 0: checkpoint "
+     "/r/checkpoints/iter_0000010 is truncated or corrupt and cannot be loaded (__0_0.distcp is "
+     "truncated: 4046641 bytes, the checkpoint's index says 8093282)", None, "latest_checkpointed"),
 ]
 
 

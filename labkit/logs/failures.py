@@ -1,9 +1,9 @@
 """What killed a run: failure records with kind, rank, line number and a hint that names the fix.
 
 Kinds (DESIGN.md section 5): gpu_oom, host_oom, nccl_timeout, cuda_error, time_limit,
-preempted, node_failure, child_failed, python_exception, cancelled, hang. The CPU allocator's
-out-of-memory (our CPU/gloo runs under ``memory_limit_gb``) is reported as ``host_oom`` with a
-message that says so.
+preempted, node_failure, child_failed, python_exception, cancelled, hang, disk_full,
+bad_checkpoint. The CPU allocator's out-of-memory (our CPU/gloo runs under ``memory_limit_gb``)
+is reported as ``host_oom`` with a message that says so.
 
 One event is often printed many times (by every rank, by torchrun's summary, by a C++
 ``what():`` that repeats the message); records with the same key are merged, so a watchdog
@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from labkit.logs.lines import Line
 
 KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
-         "node_failure", "child_failed", "python_exception", "cancelled", "hang")
+         "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
+         "bad_checkpoint")
 
 HINTS = {
     "gpu_oom": "GPU memory ran out: lower micro_batch_size, set recompute_granularity='selective' "
@@ -52,6 +53,14 @@ HINTS = {
     "hang": "no new iteration for longer than the hang timeout: a rank is stuck (deadlock, mismatched "
             "collectives, dead peer). Cancel the job, rerun with NCCL_DEBUG=INFO and "
             "TORCH_DISTRIBUTED_DEBUG=DETAIL, and compare the last line of every rank.",
+    "disk_full": "the disk holding the run or its checkpoints is full (ENOSPC): free space there "
+                 "(`df -h DIR`; `labkit clean` removes your finished runs' checkpoints) or save "
+                 "to a bigger disk (--save DIR, or another run_root), then resume from the last "
+                 "complete checkpoint (`labkit submit CONFIG --resume`).",
+    "bad_checkpoint": "the checkpoint being loaded is truncated or corrupt (a save cut short by a "
+                      "full disk or a kill): write the previous complete iteration (the message "
+                      "names it) into latest_checkpointed_iteration.txt and resume, or start over "
+                      "(--no-resume, `labkit submit CONFIG --overwrite`).",
     "sigkill": "a worker was killed with SIGKILL (exit -9 / 137) and nothing else explains it: most "
                "often the kernel's OOM killer - lower micro_batch_size or request more memory.",
 }
@@ -109,6 +118,9 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
 _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|DistBackendError"
                                r"|communicator was aborted|recvBytes|Socket Timeout|ProcessGroup"
                                r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
+
+_DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
+_BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
 _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
                  "NODE_FAIL": "node_failure"}
@@ -189,6 +201,11 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             r = int(m.group(2))  # a local rank: the global one comes from the root-cause table
             return Failure("host_oom", None, None, f"worker local_rank {r} killed by SIGKILL (exit -9): "
                            + _short(text), HINTS["sigkill"], evidence="signal", key="sigkill")
+    if "ENOSPC" in text or "No space" in text or "quota" in text or "Errno 28" in text:
+        if _DISK_FULL.search(text):
+            return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
+    if "truncated or corrupt" in text and _BAD_CKPT.search(text):
+        return Failure("bad_checkpoint", rank, None, _short(text), HINTS["bad_checkpoint"], key="ckpt")
     return None
 
 
@@ -324,7 +341,7 @@ class FailureScanner:
 
 # --- ordering ---------------------------------------------------------------------------------
 def _priority(f: Failure) -> int:
-    if f.kind in ("gpu_oom", "cuda_error", "node_failure") or (
+    if f.kind in ("gpu_oom", "cuda_error", "node_failure", "disk_full", "bad_checkpoint") or (
             f.kind == "host_oom" and f.evidence != "signal"):
         return 0
     if f.kind == "python_exception" and f.evidence != "comm":

@@ -30,7 +30,7 @@ TRIGGERS = ("memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory", "Kill", "SIGKILL",
             "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
             "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length",
-            "world_info=", "{'loss': ", '{"loss": ')
+            "world_info=", "{'loss': ", '{"loss": ', "No space", "ENOSPC", "quota", "corrupt")
 _SP = "[\t\x0b\x0c\r ]"  # a space within a line, ASCII only (the same on str and bytes)
 ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"
 TRIGGER_PATTERNS = (ITERATION_TRIGGER, *(re.escape(t) for t in TRIGGERS))

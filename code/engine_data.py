@@ -4,7 +4,8 @@ The token ids come from the saved ``vocab.json`` + ``merges.txt`` (read with the
 package, because megatron-core 0.16 does not ship Megatron-LM's GPT2BPETokenizer class). The
 dataset is megatron-core's own ``GPTDataset`` built by ``BlendedMegatronDatasetBuilder`` with a
 train/valid split; batches are cut the way Megatron-LM's pretraining sampler cuts them, so the
-data position is just ``consumed_samples`` (saved in checkpoints).
+data position is just ``consumed_samples`` (saved in checkpoints). As in Megatron-LM, TP rank 0
+of each tensor-parallel group loads the batch and broadcasts it to the group (``tp_batches``).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def resolve_data(cfg: Any, data_dir: Path) -> tuple[Path, Path]:
 
 
 def build_datasets(cfg: Any, prefix: Path, tokenizer: GPT2BPEFiles,
-                   cache_dir: Path) -> tuple[GPTDataset, GPTDataset | None]:
-    """Train and validation GPTDatasets (split 98/2) sized for this run."""
+                   cache_dir: Path) -> tuple[GPTDataset | None, GPTDataset | None]:
+    """Train and validation GPTDatasets (split 98/2) sized for this run; None on TP ranks > 0."""
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ValueError(
             f"the tokenizer in {prefix.parent} has {tokenizer.vocab_size} tokens but the config "
@@ -85,7 +86,10 @@ def build_datasets(cfg: Any, prefix: Path, tokenizer: GPT2BPEFiles,
         create_attention_mask=False,
         mid_level_dataset_surplus=0.005,
     )
-    train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, dcfg).build()
+    # Only TP rank 0 of each group reads batches (tp_batches): the others get None, as in
+    # Megatron-LM, and never open the corpus.
+    built_here = lambda: ps.get_tensor_model_parallel_rank() == 0  # noqa: E731
+    train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, built_here, dcfg).build()
     return train, valid
 
 
@@ -109,6 +113,47 @@ def batches(dataset: Any, consumed_samples: int, micro_batch_size: int,
         start += step
     raise RuntimeError(f"ran out of samples at {start} of {len(dataset)}; the dataset was sized "
                        f"for fewer iterations than were asked for")
+
+
+BATCH = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32,
+         "position_ids": torch.int64}
+"""What a micro batch holds: each a (micro_batch_size, seq_length) tensor of this dtype."""
+
+
+def tp_batches(dataset: Any, consumed_samples: int, micro_batch_size: int, seq_length: int,
+               on_cuda: bool) -> Iterator[dict]:
+    """Micro batches on this rank's device, loaded as Megatron-LM loads them.
+
+    Only TP rank 0 of each tensor-parallel group reads the dataset and assembles the batch
+    (in pinned memory on CUDA, copied without blocking); it broadcasts the batch over the TP
+    group, whose other ranks receive it into tensors of the known shape and never read the
+    dataset. Every TP rank of a group calls ``next`` in the same order (the same schedule), so
+    each call is one broadcast per tensor. With TP=1 it is the plain batches, on the device.
+    """
+    tp = ps.get_tensor_model_parallel_world_size()
+    reader = ps.get_tensor_model_parallel_rank() == 0
+    source = batches(dataset, consumed_samples, micro_batch_size, pin_memory=on_cuda) \
+        if reader else None
+    if tp == 1:
+        for batch in source:
+            yield to_device(batch, on_cuda)
+        return
+    src, group = ps.get_tensor_model_parallel_src_rank(), ps.get_tensor_model_parallel_group()
+    dev = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
+    shape = (micro_batch_size, seq_length)
+    while True:
+        if reader:
+            batch = to_device(next(source), on_cuda)
+            wrong = {k: (tuple(v.shape), v.dtype) for k, v in batch.items()
+                     if tuple(v.shape) != shape or v.dtype != BATCH.get(k)}
+            if set(batch) != set(BATCH) or wrong:
+                raise ValueError(f"a micro batch must hold {sorted(BATCH)} of shape {shape} "
+                                 f"({BATCH}); got {sorted(batch)}, differing: {wrong}")
+        else:
+            batch = {k: torch.empty(shape, dtype=dt, device=dev) for k, dt in BATCH.items()}
+        for k in BATCH:  # one fixed order on every rank of the group
+            torch.distributed.broadcast(batch[k], src, group=group)
+        yield batch
 
 
 def to_device(batch: dict, on_cuda: bool) -> dict:

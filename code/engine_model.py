@@ -89,13 +89,53 @@ def p2p_mode(cfg: Any) -> dict[str, bool]:
     return {"batch_p2p_comm": False, "overlap_p2p_comm": False}
 
 
+def overlap_param_gather(cfg: Any) -> bool:
+    """The distributed optimizer's parameter all-gather overlapped with the next forward pass.
+
+    megatron-core needs the distributed optimizer and ``overlap_grad_reduce`` for it (as
+    Megatron-LM's argument checks say); it then all-gathers each bucket's updated parameters
+    asynchronously, started by forward pre-hooks (bucket by bucket, the next one dispatched
+    while the current one's layers compute), instead of all at once at the end of the optimizer
+    step. On every device (gloo included, where the CPU tests prove it). Set
+    ``LABKIT_OVERLAP_PARAM_GATHER=0`` to gather synchronously, for comparisons.
+    """
+    import os
+
+    wanted = os.environ.get("LABKIT_OVERLAP_PARAM_GATHER", "1") not in ("0", "false")
+    return bool(wanted and cfg.use_distributed_optimizer and cfg.dp > 1)
+
+
 def ddp_config(cfg: Any) -> DistributedDataParallelConfig:
-    """megatron-core DDP settings: with DP > 1 gradients are reduced in buckets during backward."""
+    """megatron-core DDP settings: with DP > 1 gradients are reduced in buckets during backward,
+    and the distributed optimizer's parameter all-gather overlaps the next forward pass."""
     return DistributedDataParallelConfig(
         grad_reduce_in_fp32=cfg.precision != "fp32",
         overlap_grad_reduce=cfg.dp > 1,
+        overlap_param_gather=overlap_param_gather(cfg),
         use_distributed_optimizer=cfg.use_distributed_optimizer,
     )
+
+
+def overlap_line(cfg: Any) -> str:
+    """What the DP communication overlaps, for the log."""
+    if cfg.dp == 1:
+        return "data parallel: DP=1, no gradient reduction or parameter gather"
+    grads = ("reduce-scatter" if cfg.use_distributed_optimizer else "all-reduce")
+    line = f"data parallel: gradient {grads} overlapped with backward (bucketed)"
+    if cfg.use_distributed_optimizer:
+        line += ("; parameter all-gather " + ("overlapped with the next forward (bucketed)"
+                                             if overlap_param_gather(cfg)
+                                             else "synchronous after the optimizer step"))
+    return line
+
+
+def sync_params(model: list[torch.nn.Module]) -> None:
+    """Finish the parameter all-gather now (before a checkpoint is written): with the gather
+    overlapped, a rank's copy of the parameters it does not own is stale until the next
+    forward pass gathers it (Megatron-LM does the same before saving)."""
+    for m in model:
+        if getattr(m, "use_forward_hook", False):
+            m.start_param_sync(force_sync=True)
 
 
 def build_model(cfg: Any, on_cuda: bool) -> tuple[list[torch.nn.Module], TransformerConfig]:
@@ -204,6 +244,7 @@ def build_optimizer(cfg: Any, model: list[torch.nn.Module]) -> tuple[Any, Optimi
         params_dtype=DTYPES[cfg.precision],
         initial_loss_scale=2**16 if cfg.precision == "fp16" else None,
         use_distributed_optimizer=cfg.use_distributed_optimizer,
+        overlap_param_gather=overlap_param_gather(cfg),  # the same value as the DDP config's
     )
     optimizer = get_megatron_optimizer(ocfg, model)
     scheduler = OptimizerParamScheduler(

@@ -13,9 +13,7 @@ ON_CUDA = {"value": False}
 
 def forward_step(data_iterator, model):
     """One micro batch through this rank's model chunk; the last stage also returns the loss."""
-    from engine_data import to_device
-
-    batch = to_device(next(data_iterator), ON_CUDA["value"])
+    batch = next(data_iterator)  # on this rank's device (engine_data.tp_batches)
     tokens, labels = batch["tokens"], batch["labels"]
     loss_mask, position_ids = batch["loss_mask"], batch["position_ids"]
     output = model(tokens, position_ids, None, labels=labels)  # (b, s) per-token loss at the end
@@ -47,8 +45,8 @@ def evaluate(cfg: Any, model: list, valid_ds, fwd_bwd) -> float | None:
 
     for m in model:
         m.eval()
-    its = [engine_data.batches(valid_ds, 0, cfg.micro_batch_size, ON_CUDA["value"])
-           for _ in model]
+    its = [engine_data.tp_batches(valid_ds, 0, cfg.micro_batch_size, cfg.seq_length,
+                                  ON_CUDA["value"]) for _ in model]
     total: list[float] = []
     with torch.no_grad():
         for _ in range(cfg.eval_iters):

@@ -95,6 +95,9 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
         if not on_cuda:
             log.emit(f"[labkit] cpu_compat redirected: {', '.join(cpu_compat.applied())}")
         log.emit(f"[labkit] {layer_spec(cfg)[1]}")
+        if cfg.tp > 1:
+            log.emit("[labkit] data: TP rank 0 of each tensor-parallel group reads every micro "
+                     "batch and broadcasts it to the group")
     # --- model -----------------------------------------------------------------------------
     STATE["phase"] = "model build"
     model, tcfg = engine_model.build_model(cfg, on_cuda)
@@ -105,6 +108,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     engine_model.wire_schedule_hooks(tcfg, model, optimizer)
     if rank == 0:
         log.emit(f"[labkit] {engine_model.kernels_line(optimizer)}")
+        log.emit(f"[labkit] {engine_model.overlap_line(cfg)}")
     # --- data ------------------------------------------------------------------------------
     STATE["phase"] = "data build"
     prefix, tok_dir = engine_data.resolve_data(cfg, REPO_ROOT / "data")
@@ -138,8 +142,8 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     fwd_bwd = timing.wrap(get_forward_backward_func())  # writes timeline/ and memory/
     n_chunks = len(model)
     engine_step.ON_CUDA["value"] = on_cuda
-    train_iter = [engine_data.batches(train_ds, consumed, cfg.micro_batch_size, on_cuda)
-                  for _ in range(n_chunks)]
+    train_iter = [engine_data.tp_batches(train_ds, consumed, cfg.micro_batch_size,
+                                         cfg.seq_length, on_cuda) for _ in range(n_chunks)]
     prof = engine_timing.profiler(cfg, rank, run_dir, on_cuda)
     acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
     memory_reported = False
@@ -212,11 +216,13 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
             if (cfg.save_interval and iteration % cfg.save_interval == 0
                     and iteration < cfg.train_iters):
                 STATE["phase"] = "checkpoint save"
+                engine_model.sync_params(model)
                 engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler,
                                  layout)
     timing.close()
     STATE["phase"] = "checkpoint save"
     if engine_ckpt.latest_iteration(ckpt_root) != iteration:
+        engine_model.sync_params(model)
         d = engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler, layout)
         if rank == 0:
             log.emit(f"[labkit] saved checkpoint {d}")

@@ -6,6 +6,8 @@ Speed itself is a benchmark figure (benchmarks/bench_parse.py), never a timed te
 from __future__ import annotations
 
 import random
+import re._constants as sre_constants
+import re._parser as sre_parse
 from pathlib import Path
 
 import pandas as pd
@@ -95,3 +97,48 @@ def test_fast_path_frame_on_a_long_mixed_log(tmp_path, monkeypatch):
     fast, general = _frames(log, monkeypatch)
     pd.testing.assert_frame_equal(fast, general)
     assert len(fast) >= 2499
+
+
+def _atoms(sub: sre_parse.SubPattern):
+    """Every literal and set of a parsed pattern, at any depth."""
+    for op, av in sub:
+        if op in (sre_constants.LITERAL, sre_constants.IN):
+            yield op, av
+            continue
+        for x in av if isinstance(av, (tuple, list)) else ():
+            for y in x if isinstance(x, list) else (x,):
+                if isinstance(y, sre_parse.SubPattern):
+                    yield from _atoms(y)
+
+
+def test_fast_line_match_is_digit_blind():
+    """What _RowMaker relies on: _BFAST has no literal digit, and each of its sets holds all ten
+    digits or none; so lines differing only in their digits match alike, with the same spans."""
+    digits = set(b"0123456789")
+    atoms = list(_atoms(sre_parse.parse(fastscan._BFAST.pattern.decode())))
+    assert sum(op == sre_constants.IN for op, _ in atoms) >= 20 and len(atoms) >= 200
+    for op, av in atoms:
+        if op == sre_constants.LITERAL:
+            assert av not in digits, chr(av)
+        elif op == sre_constants.IN:
+            inside = set()
+            for item, arg in av:
+                if item == sre_constants.LITERAL:
+                    inside |= {arg} & digits
+                elif item == sre_constants.RANGE:
+                    inside |= set(range(arg[0], arg[1] + 1)) & digits
+                else:  # \d, \w and the like hold every digit, a negated set none or all
+                    holds = arg in (sre_constants.CATEGORY_DIGIT, sre_constants.CATEGORY_WORD)
+                    inside |= digits if holds else set()
+                    assert item in (sre_constants.CATEGORY, sre_constants.NEGATE), item
+            assert inside in (set(), digits), av
+    rng = random.Random(3)
+    lines = [ln for f in ALL_FIXTURES for ln in f.read_bytes().splitlines() if b"iteration" in ln]
+    maker, seen = fastscan._RowMaker(), 0
+    for ln in lines * 3:
+        mutated = bytes(rng.choice(b"0123456789") if c in b"0123456789" else c for c in ln)
+        for line in (ln, mutated):
+            m = fastscan._BFAST.fullmatch(line)
+            assert maker.row(line) == (None if m is None else b",".join(m.groups(b""))), line
+            seen += m is not None
+    assert seen >= 20

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,37 @@ class _LineNumbers:
         return self.n
 
 
+_DIGIT_BLIND = bytes.maketrans(b"123456789", b"000000000")
+
+
+class _RowMaker:
+    """Common-format iteration lines -> CSV rows of their fields, one regex match per line shape.
+
+    ``_BFAST`` has no literal digit and no set holding some digits but not all, so whether a line
+    matches, and where each group lies, is the same for every line that differs from it only in
+    which digits it has: lines with one digit-blind form (``_DIGIT_BLIND``) share one match's
+    group spans (a fixed-width log has a few such forms), and the rest is slicing."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[bytes, Any] = {}  # digit-blind line -> itemgetter of its fields, or False
+
+    def learn(self, line: bytes) -> Any:
+        if len(self.shapes) >= 4096:
+            self.shapes.clear()
+        m = _BFAST.fullmatch(line)
+        get = False if m is None else itemgetter(*(slice(*m.span(g)) if m.start(g) >= 0 else slice(0, 0)
+                                                   for g in range(1, len(m.groups()) + 1)))
+        self.shapes[line.translate(_DIGIT_BLIND)] = get
+        return get
+
+    def row(self, line: bytes) -> bytes | None:
+        """``b",".join(_BFAST.fullmatch(line).groups(b""))``, or None where it does not match."""
+        get = self.shapes.get(line.translate(_DIGIT_BLIND))
+        if get is None:
+            get = self.learn(line)
+        return b",".join(get(line)) if get else None
+
+
 def _collect(_id: int, _start: int, end: int, _flags: int, hits: list[int]) -> None:
     hits.append(end)
 
@@ -98,7 +130,7 @@ def _collect(_id: int, _start: int, end: int, _flags: int, hits: list[int]) -> N
 def feed_file_fast(col: Any, path: Path) -> None:
     """Feed ``path`` to ``col`` (a parse._Collector); same result as scan.feed_lines on its lines."""
     db = _database()
-    fast = _BFAST.fullmatch
+    fast = _RowMaker()
     with open(path, "rb", buffering=0) as f:
         numbers = _LineNumbers(f.fileno())
         buf = bytearray(CHUNK)
@@ -124,7 +156,7 @@ def feed_file_fast(col: Any, path: Path) -> None:
             chunk = view[:cut]
             db.scan(chunk, match_event_handler=_collect, context=hits)
             chunk.release()
-            prev = _feed_chunk(col, buf, buf_off, cut, hits, numbers, prev, state, fast)
+            prev = _feed_chunk(col, view, buf_off, cut, hits, numbers, prev, state, fast)
             buf[: end - cut] = buf[cut:end]
             buf_off += cut
             keep = end - cut
@@ -133,14 +165,15 @@ def feed_file_fast(col: Any, path: Path) -> None:
         view.release()
 
 
-def _feed_chunk(col: Any, buf: bytearray, buf_off: int, cut: int, hits: list[int], numbers: _LineNumbers,
-                prev: tuple[int, bytes] | None, state: dict, fast: Any) -> tuple[int, bytes] | None:
+def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[int], numbers: _LineNumbers,
+                prev: tuple[int, bytes] | None, state: dict, fast: _RowMaker) -> tuple[int, bytes] | None:
     """The lines of buf[:cut] in order, as scan.feed_lines visits them: a line with a hit, the
     line before it and after it (unless it is a whole record), every line while col is busy.
     ``prev`` is the (file offset, raw bytes) of the line before buf[0]; the last line is returned."""
+    buf = view.obj
     rfind, find = buf.rfind, buf.find
     rows = col.fast_rows
-    add, join = rows.append, b",".join
+    add, join, shapes, blind = rows.append, b",".join, fast.shapes, _DIGIT_BLIND
     hits.sort()  # by end offset; a hit at end offset x lies on the line holding byte x - 1
     force, fed_prev = state["force"], state["fed_prev"]
     pls = ple = -1  # the previous line when it lies in buf (else ``prev`` holds it)
@@ -158,13 +191,16 @@ def _feed_chunk(col: Any, buf: bytearray, buf_off: int, cut: int, hits: list[int
                 le = find(b"\n", hits[h], cut)
                 if le < 0:
                     le = cut
-                m = fast(buf, ls, le)
-                if m is None:
+                line = bytes(view[ls:le])
+                get = shapes.get(line.translate(blind))
+                if get is None:
+                    get = fast.learn(line)
+                if not get:
                     slow = ls
                     break
                 if col.iter_rows:
                     col.pack_rows()  # the general path's records stay before this row
-                add(join(m.groups(b"")))
+                add(join(get(line)))
                 if len(rows) >= FAST_PACK_ROWS:
                     col._pack_fast()  # empties the same list
                 fed_prev, pls, ple, pos = True, ls, le, le + 1
@@ -186,12 +222,12 @@ def _feed_chunk(col: Any, buf: bytearray, buf_off: int, cut: int, hits: list[int
         while h < nh and hits[h] <= le:
             hit = hit or hits[h] > ls
             h += 1
-        m = fast(buf, ls, le) if hit and not busy and ls != slow else None
-        if m is not None:  # a whole iteration record in the common format
-            col.add_fast(join(m.groups(b"")))
+        raw = bytes(view[ls:le])
+        row = fast.row(raw) if hit and not busy and ls != slow else None
+        if row is not None:  # a whole iteration record in the common format
+            col.add_fast(row)
             force = 0
         else:
-            raw = bytes(buf[ls:le])
             context = hit and not _complete_record(raw)
             if context and not fed_prev:
                 if pls >= 0:

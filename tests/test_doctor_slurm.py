@@ -42,7 +42,11 @@ def _site(path: Path, slurm_cluster, **extra) -> Path:
     return path
 
 
-def _doctor(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+# Probes that must run get a long --timeout: the mini-cluster may be busy with other jobs.
+QUEUE_S = "400"
+
+
+def _doctor(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "labkit", "doctor", *args], capture_output=True,
                           text=True, timeout=timeout)
 
@@ -65,7 +69,7 @@ def test_probe_runs_with_the_sites_sbatch_extra_and_env(slurm_cluster, env, tmp_
     site = _site(tmp_path / "site.yaml", slurm_cluster, run_root=str(tmp_path / "runs"),
                  sbatch_extra=["--nodelist=node2"],
                  env={"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"})
-    p = _doctor("--cluster", str(site), "--nodes", "1", "--json")
+    p = _doctor("--cluster", str(site), "--nodes", "1", "--timeout", QUEUE_S, "--json")
     by = _checks(p)
     failed = [c for c in by.values() if c["status"] == "FAIL"]
     assert p.returncode == 0 and not failed, failed
@@ -142,7 +146,7 @@ def test_missing_or_unreadable_data_fails_naming_each_node(slurm_cluster, env, t
     shutil.copy(REPO / "data" / "corpus_text_document.idx", data)
     site = _site(tmp_path / "site.yaml", slurm_cluster, code_dir=str(code),
                  run_root=str(tmp_path / "runs"), env={"GLOO_SOCKET_IFNAME": "eth0"})
-    by = {r.name: r for r in doctor.run_doctor(site, timeout_s=120, checks=[
+    by = {r.name: r for r in doctor.run_doctor(site, timeout_s=int(QUEUE_S), checks=[
         c for c in CHECKS if c[0] in ("probe_job", "data")])}
     assert by["probe job (as the site's jobs run)"].status == "PASS"
     r = by["dataset and tokenizer on every node"]
@@ -163,7 +167,7 @@ def test_doctor_class_on_the_minicluster(slurm_cluster, env, tmp_path):
     shared.chmod(0o1777)
     site = _site(tmp_path / "site.yaml", slurm_cluster, run_root=f"{shared}/{{user}}/runs",
                  env={"GLOO_SOCKET_IFNAME": "eth0"})
-    p = _doctor("--cluster", str(site), "--class", "--students", "3")
+    p = _doctor("--cluster", str(site), "--class", "--students", "3", "--timeout", QUEUE_S)
     assert p.returncode == 0, p.stdout + p.stderr
     root = _row(p.stdout, "class: run root per user")
     assert root.startswith("PASS") and "and sticky" in root and "created and removed" in root, root

@@ -46,8 +46,8 @@ class Context:
 
     @property
     def phase_s(self) -> float:
-        """Seconds for each phase of the probe (a quarter of the whole wait, at least 5)."""
-        return max(5.0, self.timeout_s / 4)
+        """Seconds for each phase of the probe: a quarter of the whole wait, 5 to 30."""
+        return min(30.0, max(5.0, self.timeout_s / 4))
 
     def series_shape(self) -> tuple[int, int]:
         """(nodes, processes per node) of the series' runs on this site: those of

@@ -12,6 +12,11 @@ gets: Hyperscan when the package is installed (labkit/logs/fastscan.py), else th
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py            # 1 GB (default)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 200
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 565 --cli --long-line-mb 300
+
+``--cli`` also times ``labkit parse --json LOG`` end to end (the JSON written to a file, checked
+to hold every iteration), with its peak RSS and whether it printed a traceback; ``--long-line-mb
+N`` parses a log whose last line is N MB with a trigger word and no newline (peak RSS again).
 """
 
 from __future__ import annotations
@@ -122,6 +127,37 @@ def time_parse(path: Path, which: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+CLI_CHILD = """
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+with open(sys.argv[2], "wb") as out:
+    p = subprocess.run(sys.argv[3:] + ["parse", "--json", sys.argv[1]], stdout=out, stderr=subprocess.PIPE)
+ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu_seconds": ch.ru_utime + ch.ru_stime,
+                  "rc": p.returncode, "traceback": b"Traceback" in p.stderr,
+                  "stderr": p.stderr.decode(errors="replace")[-300:],
+                  "peak_rss_mb": ch.ru_maxrss / 1024}))
+"""
+
+
+def time_cli(path: Path, out: Path) -> dict:
+    """``labkit parse --json`` in a child of a fresh process (so the peak RSS is its own)."""
+    labkit = [sys.executable, "-c", "import sys; from labkit.cli import main; sys.exit(main())"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", CLI_CHILD, str(path), str(out), *labkit], capture_output=True,
+                         text=True, env=env, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def long_line_log(path: Path, mb: int) -> None:
+    """A short log whose last line is ``mb`` MB with a trigger word in it and no newline."""
+    with open(path, "wb") as f:
+        f.write(iteration_line(1, 10).encode() + b"\n")
+        block = b"x" * (1 << 20)
+        for i in range(mb):
+            f.write(block if i != mb // 2 else block[:-20] + b" Traceback CUDA oom ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1000, help="log size in MB (default 1000 = 1 GB)")
@@ -129,6 +165,8 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="with --keep: parse the kept log if it exists")
     ap.add_argument("--path", choices=("default", "grep", "python"), default="default",
                     help="parse path: default (Hyperscan if installed), grep pre-filter, pure Python")
+    ap.add_argument("--cli", action="store_true", help="also time `labkit parse --json` on the log")
+    ap.add_argument("--long-line-mb", type=int, default=0, help="also parse a log with one line this long")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.keep) if args.keep else Path(tmp) / "log.txt"
@@ -153,6 +191,27 @@ def main() -> None:
               f"{g_cpu / max(r['cpu_seconds'], 1e-9):.3f} by CPU time (aim: >= 0.333)")
         print(f"peak memory       : {r['peak_rss_mb']:.0f} MB RSS ({r['base_rss_mb']:.0f} MB after imports, "
               f"+{r['peak_rss_mb'] - r['base_rss_mb']:.0f} MB while parsing)")
+        if args.cli:
+            out = Path(tmp) / "parse.json"
+            c = time_cli(path, out)
+            n = len(json.loads(out.read_text())["iterations"]) if c["rc"] == 0 else None
+            tb = "YES" if c["traceback"] else "no"
+            print(f"labkit parse --json: {c['seconds']:8.2f} s  {size_mb / c['seconds']:8.1f} MB/s  (CPU "
+                  f"{c['cpu_seconds']:.2f} s) exit {c['rc']}, traceback: {tb}, "
+                  f"{out.stat().st_size / 1e6:.0f} MB of JSON, {n if n is None else f'{n:,}'} iterations, "
+                  f"peak {c['peak_rss_mb']:.0f} MB RSS")
+            if c["rc"]:
+                print(f"  stderr: {c['stderr']}")
+            out.unlink()
+        if args.long_line_mb:
+            long_path = Path(tmp) / "long_line.txt"
+            long_line_log(long_path, args.long_line_mb)
+            r = time_parse(long_path, args.path)
+            print(f"{args.long_line_mb} MB line       : {r['seconds']:8.2f} s  peak memory "
+                  f"{r['peak_rss_mb']:.0f} MB RSS ({r['base_rss_mb']:.0f} MB after imports), "
+                  f"{r['failures']} failures, "
+                  f"{r['iterations']} iterations ({r['path']} path)")
+            long_path.unlink()
 
 
 if __name__ == "__main__":

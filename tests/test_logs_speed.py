@@ -142,3 +142,36 @@ def test_fast_line_match_is_digit_blind():
             assert maker.row(line) == (None if m is None else b",".join(m.groups(b""))), line
             seen += m is not None
     assert seen >= 20
+
+
+@pytest.mark.parametrize("case", ["inside", "beyond_cut", "before_cut", "boundaries", "at_eof", "over_chunk"])
+def test_long_lines_are_cut_as_the_general_path_cuts_them(case, tmp_path, monkeypatch):
+    """A line of MAX_LINE_BYTES or more is cut there with a note (memory stays bounded), and only
+    a trigger before the cut counts, on every path and at every chunk size."""
+    from labkit.logs.lines import MAX_LINE_BYTES as big
+
+    line = (b" [2026-11-22 03:30:01] iteration        5/      30 | consumed samples:           40 | elapsed "
+            b"time per iteration (ms): 812.3 | learning rate: 9.000000E-04 | global batch size:     8 | "
+            b"loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    nxt = line.replace(b" 5/", b" 6/")
+    data = {
+        "inside": b"Traceback (most recent call last):\n" + b"x" * 3 * big + b" Traceback\n" + line + b"\n",
+        "beyond_cut": line + b"\n" + b"y" * 2 * big + b" CUDA error: out of memory\n" + nxt + b"\n",
+        "before_cut": line + b"\n" + b"CUDA error: out of memory " + b"z" * big + b"\n" + nxt + b"\n",
+        "boundaries": b"a" * (big - 1) + b"\n" + b"b" * big + b"\nTraceback\n" + b"c" * (big + 1) + b"\n"
+                      + line,
+        "at_eof": line + b"\n" + b"RuntimeError " + b"q" * 2 * big,
+        "over_chunk": line + b"\n" + b"w" * (fastscan.CHUNK + 5) + b" Traceback\nRuntimeError: x\n" + nxt,
+    }[case]
+    log = tmp_path / "log.txt"
+    log.write_bytes(data)
+    fast = parse_log(log).to_dict()
+    monkeypatch.setattr(fastscan, "CHUNK", 1 << 12)
+    small = parse_log(log).to_dict()
+    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    monkeypatch.setenv("LABKIT_NO_GREP", "1")
+    general = parse_log(log).to_dict()
+    assert fast == small == general
+    assert len(general["iterations"]) == data.count(b"iteration  ")
+    oom = [f for f in general["failures"] if f["kind"] == "gpu_oom"]
+    assert bool(oom) == (case == "before_cut")  # the one beyond the cut is not seen

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from labkit.logs.lines import clean_line
+from labkit.logs.lines import CUT_NOTE, MAX_LINE_BYTES, clean_line
 from labkit.logs.megatron import _FAST
-from labkit.logs.scan import TRIGGER_PATTERNS, _complete_record
+from labkit.logs.scan import TRIGGER_PATTERNS, _complete_record, _hit
 
 try:  # optional accelerator: hyperscan wheels exist for x86-64 Linux and macOS
     import hyperscan
@@ -140,8 +140,12 @@ def feed_file_fast(col: Any, path: Path) -> None:
         prev: tuple[int, bytes] | None = None  # (file offset, raw) of the last line seen
         state = {"fed_prev": True, "force": 0}
         while True:
-            if keep == len(buf):  # one line longer than the buffer: grow it
-                view.release()
+            if keep == len(buf):  # one line longer than the buffer
+                if keep >= MAX_LINE_BYTES:  # cut it, as lines.iter_file does, and read on to its end
+                    prev, keep, buf_off = _feed_long_line(col, f, view, keep, buf_off, numbers, prev, state,
+                                                          fast)
+                    continue
+                view.release()  # grow the buffer
                 buf.extend(bytes(len(buf)))
                 view = memoryview(buf)
             n = f.readinto(view[keep:])
@@ -156,7 +160,8 @@ def feed_file_fast(col: Any, path: Path) -> None:
             chunk = view[:cut]
             db.scan(chunk, match_event_handler=_collect, context=hits)
             chunk.release()
-            prev = _feed_chunk(col, view, buf_off, cut, hits, numbers, prev, state, fast)
+            long = _long_lines(buf, cut)
+            prev = _feed_chunk(col, view, buf_off, cut, hits, numbers, prev, state, fast, long)
             buf[: end - cut] = buf[cut:end]
             buf_off += cut
             keep = end - cut
@@ -165,15 +170,60 @@ def feed_file_fast(col: Any, path: Path) -> None:
         view.release()
 
 
+def _long_lines(buf: bytearray, cut: int) -> dict[int, tuple[int, int]]:
+    """Lines of buf[:cut] of MAX_LINE_BYTES or more (start -> end, length with the newline):
+    a few backward searches per chunk, each from MAX_LINE_BYTES on to the newline before."""
+    out, p = {}, 0
+    while cut - p >= MAX_LINE_BYTES:
+        q = buf.rfind(b"\n", p, p + MAX_LINE_BYTES)
+        if q >= 0:
+            p = q + 1
+            continue
+        le = buf.find(b"\n", p + MAX_LINE_BYTES, cut)
+        le = cut if le < 0 else le
+        out[p] = (le, le - p + (le < cut))
+        p = le + 1
+    return out
+
+
+def _feed_long_line(col: Any, f: Any, view: memoryview, keep: int, buf_off: int, numbers: _LineNumbers,
+                    prev: tuple[int, bytes] | None, state: dict, fast: _RowMaker) -> tuple[Any, int, int]:
+    """buf (all ``keep`` bytes of it) begins a line with no newline yet: feed that line cut at
+    MAX_LINE_BYTES, reading on to its end in the same buffer. Returns (the last line seen, the
+    bytes after the line now at the front of buf, their file offset)."""
+    buf = view.obj
+    head = bytes(buf[:MAX_LINE_BYTES])
+    total, rest, ended = keep, b"", False
+    while n := f.readinto(view):
+        q = buf.find(b"\n", 0, n)
+        if q >= 0:
+            total, rest, ended = total + q + 1, bytes(buf[q + 1:n]), True
+            break
+        total += n
+    line = memoryview(bytearray(head + b"\n" * ended))
+    prev = _feed_chunk(col, line, buf_off, len(line), [], numbers, prev, state, fast,
+                       {0: (MAX_LINE_BYTES, total)})
+    line.release()
+    buf[:len(rest)] = rest
+    return prev, len(rest), buf_off + total
+
+
 def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[int], numbers: _LineNumbers,
-                prev: tuple[int, bytes] | None, state: dict, fast: _RowMaker) -> tuple[int, bytes] | None:
+                prev: tuple[int, bytes] | None, state: dict, fast: _RowMaker,
+                long: dict[int, tuple[int, int]]) -> tuple[int, bytes] | None:
     """The lines of buf[:cut] in order, as scan.feed_lines visits them: a line with a hit, the
     line before it and after it (unless it is a whole record), every line while col is busy.
-    ``prev`` is the (file offset, raw bytes) of the line before buf[0]; the last line is returned."""
+    ``prev`` is the (file offset, raw bytes) of the line before buf[0]; the last line is returned.
+    A line in ``long`` is cut with a note, and has a hit only if the cut line has one."""
     buf = view.obj
     rfind, find = buf.rfind, buf.find
     rows = col.fast_rows
     add, join, shapes, blind = rows.append, b",".join, fast.shapes, _DIGIT_BLIND
+    cuts = {ls: bytes(view[ls:ls + MAX_LINE_BYTES]) + CUT_NOTE[:-1] % (MAX_LINE_BYTES, total)
+            for ls, (_, total) in long.items()}
+    if cuts:
+        hits = [e for e in hits if not any(ls < e <= le for ls, (le, _) in long.items())]
+        hits += [ls + 1 for ls, raw in cuts.items() if _hit(raw)]
     hits.sort()  # by end offset; a hit at end offset x lies on the line holding byte x - 1
     force, fed_prev = state["force"], state["fed_prev"]
     pls = ple = -1  # the previous line when it lies in buf (else ``prev`` holds it)
@@ -191,6 +241,9 @@ def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[i
                 le = find(b"\n", hits[h], cut)
                 if le < 0:
                     le = cut
+                if ls in cuts:
+                    slow = ls
+                    break
                 line = bytes(view[ls:le])
                 get = shapes.get(line.translate(blind))
                 if get is None:
@@ -222,7 +275,7 @@ def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[i
         while h < nh and hits[h] <= le:
             hit = hit or hits[h] > ls
             h += 1
-        raw = bytes(view[ls:le])
+        raw = cuts[ls] if ls in cuts else bytes(view[ls:le])
         row = fast.row(raw) if hit and not busy and ls != slow else None
         if row is not None:  # a whole iteration record in the common format
             col.add_fast(row)
@@ -231,7 +284,7 @@ def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[i
             context = hit and not _complete_record(raw)
             if context and not fed_prev:
                 if pls >= 0:
-                    prev = (buf_off + pls, bytes(buf[pls:ple]))
+                    prev = (buf_off + pls, cuts.get(pls) or bytes(buf[pls:ple]))
                 if prev is not None:
                     col.feed(clean_line(prev[1], numbers.at(prev[0], buf, buf_off)))
             col.feed(clean_line(raw, numbers.at(buf_off + ls, buf, buf_off)))
@@ -240,4 +293,4 @@ def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, hits: list[i
         pls, ple = ls, le
         pos = le + 1
     state["force"], state["fed_prev"] = force, fed_prev
-    return (buf_off + pls, bytes(buf[pls:ple])) if pls >= 0 else prev
+    return (buf_off + pls, cuts.get(pls) or bytes(buf[pls:ple])) if pls >= 0 else prev

@@ -134,3 +134,10 @@ def test_the_probe_and_fit_take_the_series_shape_from_the_site():
     prefix, tok = doctor.Context(profile=ClusterProfile(name="s", code_dir="/shared/lk/code")
                                  ).data_location()
     assert (str(prefix), str(tok)) == ("/shared/lk/data/corpus_text_document", "/shared/lk/data/tokenizer")
+
+
+def test_students_without_class_is_refused():
+    from labkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--class --students 3"):
+        doctor.run_doctor(students=3, checks=[])

@@ -15,6 +15,7 @@ from pathlib import Path
 from labkit._logging import log
 from labkit.doctor.checks import CHECKS, CLASS_CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
 from labkit.doctor.probe import ProbeRun, local_probes, slurm_probe
+from labkit.errors import ConfigError
 from labkit.paths import CODE_DIR, DATA_DIR, run_root
 from labkit.site import CLUSTER_ENV, ClusterProfile, resolve_cluster
 
@@ -174,6 +175,9 @@ def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
             user, and ``students`` jobs of the series at once in the partition.
         students: the class size for ``for_class``.
     """
+    if students is not None and not for_class:
+        raise ConfigError(f"students={students} is for the instructor's checks: labkit doctor "
+                          f"--class --students {students} (for_class=True)")
     site_env = os.environ.get(CLUSTER_ENV, "").strip()
     wants_slurm = cluster is not None or bool(site_env)
     profile = resolve_cluster(cluster) if wants_slurm else None

@@ -67,7 +67,7 @@ def test_full_disk_during_a_save_is_named(small_tmpfs, run_root):
     # One message, not the checkpoint writer's traceback (megatron-core's writer prints its own
     # "unexpected pos" line before it, torchrun's failure table follows it).
     assert "CheckpointException" not in log and "Traceback (most recent call last): (RANK" not in log
-    failures = parse_log(job.log_path).failures
+    failures = parse_log(job.log_path).failure_records
     assert failures and failures[0].kind == "disk_full", failures
     assert "df -h" in failures[0].hint
 
@@ -93,7 +93,7 @@ def test_truncated_checkpoint_names_the_file_and_the_previous_one(tmp_path):
     assert f"The previous checkpoint, iteration 5 ({ckpt}/iter_0000005), is complete" in msg
     fix = f"`echo 5 > {ckpt / TRACKER}`"
     assert fix in msg and "EOFError" not in log and "Traceback" not in log
-    assert parse_log(d / "log.txt").failures[0].kind == "bad_checkpoint"
+    assert parse_log(d / "log.txt").failure_records[0].kind == "bad_checkpoint"
     # The advice works: point the tracker at iteration 5 and run again.
     (ckpt / TRACKER).write_text("5\n")
     d = engine_runs.train(tmp_path, "trunc", **tiny, **run)

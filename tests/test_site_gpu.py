@@ -105,3 +105,13 @@ def test_check_refuses_a_gpu_config_the_sites_gpus_cannot_hold(tmp_path, capsys)
     ok = _gpu_config(tmp_path, nodes=4, gpus_per_node=4)
     assert main(["check", str(ok), "--cluster", str(site), "--json"]) == 0, capsys.readouterr()
     assert main(["check", str(ok), "--cluster", str(SITE)]) == 0  # 80 GB x 8: fits as well
+
+
+def test_new_writes_a_gpu_config_with_the_sites_memory(tmp_path, run_root, capsys):
+    from labkit.cli import main
+
+    site = _site(tmp_path, f"name: small\ngpu_memory_gb: 24\nrun_root: {tmp_path}/{{user}}/r\n")
+    assert main(["new", "g", "--preset", "gpt2-124m", "--cluster", str(site)]) == 0
+    written = next((tmp_path).glob("*/r/g/config.json"))
+    cfg = RunConfig.from_json(written)
+    assert (cfg.device, cfg.gpu_memory_gb, cfg.backend) == ("cuda", 24.0, "slurm")

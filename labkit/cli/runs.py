@@ -201,6 +201,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
     base = base_config(args.preset, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                        profile=args.profile)
+    base = _site_memory(base, args.cluster, None)
     cfg = base.replace(name=args.name, tensor_model_parallel_size=args.tp,
                        pipeline_model_parallel_size=args.pp,
                        backend="slurm" if args.cluster else base.backend)

@@ -2,12 +2,13 @@
 # # 08 Launchers and failures
 #
 # **What you will learn**
-# - two ways to start the same multi-node job: Slurm's `srun` + `torchrun`, and a DeepSpeed-style
-#   launch from a hostfile;
+# - three ways to start the same multi-node job: Slurm's `srun` + `torchrun`, `pdsh` + `torchrun`
+#   from a hostfile, and the DeepSpeed launcher; what each writes at start-up;
 # - how to kill a running job and resume it from its last checkpoint;
 # - how to diagnose a failed job with labkit: the cause and a hint, instead of scrolling logs;
 # - how to wait on a job with the hang watchdog, so a hung job is diagnosed and cancelled
 #   instead of burning its allocation until the time limit.
+# - how to end the lab: cancel all of your own jobs, and see what cleaning your runs would free.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -30,34 +31,143 @@ from labkit.lab import versions
 versions()
 
 # %% [markdown]
-# ## 1 Two launchers for one job
+# ## 1 Three launchers for one job
 #
-# **Slurm + torchrun**: sbatch allocates the nodes, `srun` starts one `torchrun` per node, each
-# `torchrun` starts `gpus_per_node` ranks that meet at the head node.
+# The same run, TP=2 x PP=2 on 2 nodes of `gpus_per_node` processes each, started three ways:
+#
+# - **srun + torchrun** (backend `slurm`): sbatch allocates the nodes, `srun` starts one
+#   `torchrun` per node, each `torchrun` starts its ranks, and all meet at the head node;
+# - **pdsh + torchrun** (backend `hostfile`, `launcher: pdsh`): no scheduler. A *hostfile* lists
+#   the hosts and their slots; `pdsh -R ssh` runs the job's script on every host, which starts
+#   one `torchrun` there (what gpt-neox's launcher does underneath);
+# - **the DeepSpeed launcher** (backend `hostfile`, `launcher: deepspeed`): `deepspeed
+#   --hostfile` reads the same hostfile, reaches the hosts with pdsh itself and starts the ranks,
+#   passing `--local_rank` on their command line.
+#
+# Same ranks, same `MASTER_ADDR` rendezvous, different bookkeeping: only Slurm adds a queue,
+# accounting, and the end of every node's processes when one rank fails. The mini-cluster
+# (`labkit cluster up`) runs all three: Slurm, and sshd with keyless ssh between its nodes;
+# `labkit cluster status --json` names a site profile for each way in.
 
 # %%
-from labkit.site import resolve_cluster
+import html
+
+from IPython.display import display
+
+from labkit import minicluster
 from labkit.config import RunConfig
+from labkit.lab import run_dir_of
 from labkit.paths import run_root
-from labkit.render import render_hostfile, render_sbatch
+from labkit.render import job_hosts, render_hostfile_launch, render_sbatch, render_site_hostfile
+from labkit.site import ClusterProfile, load_cluster, resolve_cluster
 
 cfg = RunConfig.for_profile(profile, name=f"{run_prefix}_resume", backend=backend, nodes=nodes,
                             gpus_per_node=gpus_per_node, train_iters=train_iters,
                             save_interval=save_interval)
-two_nodes = cfg.replace(nodes=2)
-print(render_sbatch(two_nodes, resolve_cluster(cluster), run_root() / two_nodes.name))
+profiles = minicluster.cluster_status().get("profiles") or {}
+print("labkit cluster status --json -> profiles:", profiles or "none (the mini-cluster is down)")
+site = resolve_cluster(cluster)
+# All three for real only when this notebook runs on the mini-cluster's Slurm: its hostfile
+# profile reaches the same nodes over ssh.
+three_ways = (backend == "slurm" and "slurm" in profiles and "hostfile" in profiles
+              and site.name == load_cluster(profiles["slurm"]).name)
+hosts_site = load_cluster(profiles["hostfile"]) if "hostfile" in profiles else None
+if hosts_site is None or min(h.get("slots", 1) for h in hosts_site.hosts) < gpus_per_node:
+    hosts_site = ClusterProfile(name="two-hosts-example", hosts=(  # an example site's hosts
+        {"name": "node1", "slots": gpus_per_node}, {"name": "node2", "slots": gpus_per_node}))
+tp2pp2 = RunConfig.for_profile(profile, name=f"{run_prefix}_srun", backend="slurm", nodes=2,
+                               gpus_per_node=gpus_per_node, train_iters=3, save_interval=None,
+                               tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
+ways = {  # launcher -> (config, site profile)
+    "srun + torchrun": (tp2pp2, site),
+    "pdsh + torchrun": (tp2pp2.replace(name=f"{run_prefix}_pdsh", backend="hostfile"),
+                        hosts_site.replace(launcher="pdsh")),
+    "deepspeed": (tp2pp2.replace(name=f"{run_prefix}_deepspeed", backend="hostfile"),
+                  hosts_site.replace(launcher="deepspeed")),
+}
+scripts = {}
+for way, (c, prof) in ways.items():
+    if c.backend == "slurm":
+        scripts[way] = render_sbatch(c, prof, run_dir_of(c, cluster=prof))
+    else:
+        scripts[way] = render_hostfile_launch(c, prof, (prof.run_root_path() or run_root()) / c.name)
+hostfile = render_site_hostfile(job_hosts(tp2pp2, hosts_site))
+
+
+def launch_lines(script: str) -> str:
+    """The command of a job script that starts the processes, with its continuation lines."""
+    out, going = [], False
+    for line in script.splitlines():
+        if line.strip().startswith(("srun ", "pdsh ", '"$DEEPSPEED"', '"$TORCHRUN"')):
+            going = True
+        if going:
+            out.append(line)
+            going = line.rstrip().endswith("\\")
+    return "\n".join(out)
+
+
+columns = {"hostfile (pdsh, deepspeed)": hostfile,
+           **{way: launch_lines(s) for way, s in scripts.items()}}
+side_by_side = ("<div style='display:flex;gap:1em'>" + "".join(
+    f"<div style='flex:1;min-width:0'><b>{html.escape(w)}</b><pre style='white-space:pre-wrap;"
+    f"font-size:80%'>{html.escape(t)}</pre></div>" for w, t in columns.items()) + "</div>")
+display({"text/html": side_by_side,  # columns in Jupyter; one after the other as plain text
+         "text/plain": "\n\n".join(f"---- {w}\n{t}" for w, t in columns.items())}, raw=True)
 
 # %% [markdown]
-# **DeepSpeed style**: no scheduler; a *hostfile* lists the nodes and their slots, and the
-# `deepspeed` launcher (or `pdsh`) ssh-es into each to start the ranks. Same ranks, same
-# `MASTER_ADDR` rendezvous, different bookkeeping: no queue, no accounting, no cleanup on failure.
+# Now each of them starts the run and we read its start-up lines from its log: the world size
+# the ranks agreed on, how many ranks each host ran, and how long the first iteration took to
+# arrive after the submit (the launcher's start-up: allocation, ssh, rendezvous, model build).
 
 # %%
-hostfile = render_hostfile(["node1", "node2"], slots=two_nodes.gpus_per_node)
-print(hostfile)
-print(f"deepspeed --hostfile hostfile --num_nodes {two_nodes.nodes} "
-      f"--num_gpus {two_nodes.gpus_per_node} --master_addr node1 --master_port 29500 \\\n"
-      f"    code/pretrain_gpt.py --config runs/{two_nodes.name}/config.json")
+import re
+from collections import Counter
+
+import pandas as pd
+
+from labkit.lab import launch
+from labkit.logs import parse_log
+
+if three_ways:
+    where = {way: f"{prof.name} ({c.backend})" for way, (c, prof) in ways.items()}
+    runs = {way: launch(c, cluster=prof, reuse=False, progress=False, hang_timeout=hang_timeout)
+            for way, (c, prof) in ways.items()}
+else:  # this machine only: the same run on the local backend, once
+    for way, (c, prof) in ways.items():
+        on = ("the Slurm partition of " + repr(prof.name) if c.backend == "slurm" else
+              f"hosts {', '.join(h['name'] for h in prof.hosts)} of {prof.name!r} over ssh")
+        print(f"{way:16} would run on {on}")
+    print(f"\nbackend={backend!r}: this notebook cannot start the other launchers here (they need "
+          f"the mini-cluster: `sudo labkit cluster up`, then backend='slurm'); the same run on "
+          f"the local backend instead:")
+    local = tp2pp2.replace(name=f"{run_prefix}_local", backend="local")
+    where = {"local (torchrun per simulated node)": "this machine"}
+    # reuse: a finished run of this very config (a second pass of the notebook) is not retrained
+    runs = {next(iter(where)): launch(local, progress=False, hang_timeout=hang_timeout)}
+
+
+def startup(job) -> dict:
+    """Start-up facts read from a job's log: world size, ranks per host, first iteration."""
+    text = job.log_path.read_text(errors="replace")
+    parsed = parse_log(job.log_path)
+    # Each rank prints its parameter count once; pdsh puts the host in front of each line.
+    hosts = Counter(m.group(1) for m in re.finditer(
+        r"^(?:(\S+): )?\s*> number of parameters on \(tensor, pipeline\)", text, re.M))
+    nodelist = re.search(r"^\[job\] \S+ on (\S+):", text, re.M)  # Slurm names its nodes once
+    per_host = (", ".join(f"{h}: {n}" for h, n in sorted(hosts.items())) if None not in hosts else
+                f"{hosts[None]} on {nodelist.group(1) if nodelist else 'this machine'} "
+                f"(no host on each line)")
+    first = parsed.iterations["timestamp"].iloc[0] if len(parsed.iterations) else None
+    return {"state": str(job.state()), "world size": parsed.layout.get("world_size"),
+            "ranks per host": per_host,
+            "first iteration after (s)": (round(pd.Timestamp(first).to_pydatetime().timestamp()
+                                                - job.submitted_at, 1) if first else None)}
+
+
+startups = pd.DataFrame({way: {"ran on": where[way], **startup(job)}
+                         for way, job in runs.items()}).T
+display(startups)
+assert (startups["state"] == "COMPLETED").all() and (startups["world size"] == 4).all(), startups
 
 # %% [markdown]
 # ## 2 Kill a job and resume it from its checkpoint
@@ -190,6 +300,18 @@ for command in (f"labkit status {resumed.name}",
                 f"labkit parse {shlex.quote(bad_log)}"):
     terminal(command)
 
+# %% [markdown]
+# ## 5 End of the lab
+#
+# Before you leave a shared cluster: cancel whatever of yours still runs (only labkit's jobs of
+# yours; the lab's `scancel -u $USER` without ending your other work), and see what removing
+# your finished runs' checkpoints would free (`--dry-run` removes nothing; without it, it does).
+
+# %%
+site_option = f" --cluster {shlex.quote(str(cluster))}" if cluster else ""
+for command in (f"labkit cancel --all{site_option}", f"labkit clean --dry-run{site_option}"):
+    terminal(command)
+
 # %%
 from labkit.record import record
 
@@ -199,14 +321,16 @@ record("broken.diagnosis", failures[0].kind)
 # %% [markdown]
 # ## Summary
 #
-# - `srun` + `torchrun` and a hostfile launcher start the same ranks; Slurm adds the queue,
-#   accounting and cleanup.
+# - `srun` + `torchrun`, `pdsh` + `torchrun` and the DeepSpeed launcher start the same ranks from
+#   the same hostfile or allocation; their logs say the world size and, with pdsh, the host of
+#   every line. Slurm adds the queue, accounting and the cleanup of every node.
 # - Checkpoints make a killed job cheap: resume picks up at the last saved iteration.
 # - A failed job's log says what ended it: you read it yourself first, then
 #   `labkit.logs.diagnose` (or `labkit parse LOG`) named the root cause with a hint; a cancelled
 #   job is diagnosed as cancelled, whatever signal exceptions the cancel caused.
 # - `job.wait(hang_timeout=...)` (or `labkit watch JOB --hang-timeout S`) turns a silent hang into
 #   a diagnosis and a cancelled job.
+# - `labkit cancel --all` and `labkit clean` end the day: your jobs stopped, your disk freed.
 #
 # That is the series. Run all of it headless with `make lab`, or `labkit regress` on your cluster
 # before a workshop.

@@ -56,9 +56,11 @@ check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size
 # ## 2 Render and read the job script
 #
 # labkit renders the script it will run; read it before you submit. On Slurm it is an sbatch
-# script (`#SBATCH` lines, then `srun torchrun ... pretrain_gpt.py --config config.json`); with
-# the local backend, one `torchrun` per simulated node on this machine. Its paths are the run
-# directory `launch` submits in (`run_dir_of`: on a shared site, your own run root).
+# script (`#SBATCH` lines, then `srun torchrun ... pretrain_gpt.py` with the run as Megatron-LM
+# flags, grouped: `--tensor-model-parallel-size`, `--micro-batch-size`, ...; the fields with no
+# Megatron-LM flag travel in the run directory's `config.json`); with the local backend, one
+# `torchrun` per simulated node on this machine. Its paths are the run directory `launch` submits
+# in (`run_dir_of`: on a shared site, your own run root).
 
 # %%
 from labkit.lab import run_dir_of

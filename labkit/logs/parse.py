@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
@@ -97,8 +98,13 @@ def _clean(v: Any) -> Any:
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    cols = list(df.columns)
-    return [{c: _clean(v) for c, v in zip(cols, row, strict=True)} for row in df.itertuples(index=False)]
+    """Rows as dicts of Python values, null for a missing or infinite one (_clean, column-wise)."""
+    if len(df) == 0:
+        return []
+    gone = df.isna()
+    for c in df.select_dtypes("floating").columns:
+        gone[c] |= np.isinf(df[c].to_numpy())
+    return df.astype(object).mask(gone, None).to_dict("records")
 
 
 def _pack(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -99,10 +99,18 @@ def time_grep(path: Path) -> tuple[float, float, int]:
     return time.perf_counter() - t, _children_cpu() - c, int(out.stdout)
 
 
-CHILD = """
+PEAK = """
+def peak_kb():  # this process's own peak (ru_maxrss would carry the parent's over exec)
+    try:
+        return next(int(s.split()[1]) for s in open("/proc/self/status") if s.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+CHILD = PEAK + """
 import json, resource, sys, time
 from labkit.logs import fastscan, parse_log
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak_kb()
 t, c = time.perf_counter(), time.process_time()
 p = parse_log(sys.argv[1])
 dt, cpu = time.perf_counter() - t, time.process_time() - c
@@ -112,7 +120,7 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
                   "iterations": len(p.iterations), "memory_rows": len(p.memory),
                   "channels": len(p.nccl), "failures": len(p.failure_records),
                   "base_rss_mb": base / 1024,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": peak_kb() / 1024}))
 """
 
 
@@ -127,6 +135,15 @@ def time_parse(path: Path, which: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+LABKIT = PEAK + """
+import sys
+from labkit.cli import main
+peak_file = sys.argv.pop(1)
+rc = main(sys.argv[1:])
+sys.stdout.flush()
+open(peak_file, "w").write(str(peak_kb()))
+sys.exit(rc)
+"""
 CLI_CHILD = """
 import json, resource, subprocess, sys, time
 t = time.perf_counter()
@@ -136,16 +153,17 @@ ch = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu_seconds": ch.ru_utime + ch.ru_stime,
                   "rc": p.returncode, "traceback": b"Traceback" in p.stderr,
                   "stderr": p.stderr.decode(errors="replace")[-300:],
-                  "peak_rss_mb": ch.ru_maxrss / 1024}))
+                  "peak_rss_mb": int(open(sys.argv[-1]).read() or 0) / 1024}))
 """
 
 
 def time_cli(path: Path, out: Path) -> dict:
     """``labkit parse --json`` in a child of a fresh process (so the peak RSS is its own)."""
-    labkit = [sys.executable, "-c", "import sys; from labkit.cli import main; sys.exit(main())"]
+    peak = out.with_suffix(".peak")
+    peak.write_text("")  # stays empty if the command dies before it writes its peak
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-c", CLI_CHILD, str(path), str(out), *labkit], capture_output=True,
-                         text=True, env=env, check=True)
+    res = subprocess.run([sys.executable, "-c", CLI_CHILD, str(path), str(out), sys.executable, "-c", LABKIT,
+                          str(peak)], capture_output=True, text=True, env=env, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 

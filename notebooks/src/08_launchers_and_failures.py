@@ -76,8 +76,9 @@ if hosts_site is None or min(h.get("slots", 1) for h in hosts_site.hosts) < gpus
     hosts_site = ClusterProfile(name="two-hosts-example", hosts=(  # an example site's hosts
         {"name": "node1", "slots": gpus_per_node}, {"name": "node2", "slots": gpus_per_node}))
 tp2pp2 = RunConfig.for_profile(profile, name=f"{run_prefix}_srun", backend="slurm", nodes=2,
-                               gpus_per_node=gpus_per_node, train_iters=3, save_interval=None,
-                               tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
+                               gpus_per_node=gpus_per_node, train_iters=3, lr_warmup_iters=1,
+                               save_interval=None, tensor_model_parallel_size=2,
+                               pipeline_model_parallel_size=2)
 ways = {  # launcher -> (config, site profile)
     "srun + torchrun": (tp2pp2, site),
     "pdsh + torchrun": (tp2pp2.replace(name=f"{run_prefix}_pdsh", backend="hostfile"),
@@ -132,18 +133,25 @@ if three_ways:
     where = {way: f"{prof.name} ({c.backend})" for way, (c, prof) in ways.items()}
     runs = {way: launch(c, cluster=prof, reuse=False, progress=False, hang_timeout=hang_timeout)
             for way, (c, prof) in ways.items()}
-else:  # this machine only: the same run on the local backend, once
+else:  # one way only: this notebook's own backend
     for way, (c, prof) in ways.items():
         on = ("the Slurm partition of " + repr(prof.name) if c.backend == "slurm" else
               f"hosts {', '.join(h['name'] for h in prof.hosts)} of {prof.name!r} over ssh")
         print(f"{way:16} would run on {on}")
-    print(f"\nbackend={backend!r}: this notebook cannot start the other launchers here (they need "
-          f"the mini-cluster: `sudo labkit cluster up`, then backend='slurm'); the same run on "
-          f"the local backend instead:")
-    local = tp2pp2.replace(name=f"{run_prefix}_local", backend="local")
-    where = {"local (torchrun per simulated node)": "this machine"}
+    if backend == "slurm":
+        print(f"\nthis site ({site.name!r}) runs srun + torchrun; the two hostfile launchers need "
+              f"ssh between its nodes and a site profile that lists them (hosts:), as the "
+              f"mini-cluster's does. srun + torchrun only:")
+        one, label, here = tp2pp2, "srun + torchrun", f"{site.name} (slurm)"
+    else:
+        print(f"\nbackend={backend!r}: this environment cannot start the other launchers (they "
+              f"need the mini-cluster: `sudo labkit cluster up`, then backend='slurm'); the same "
+              f"run on the local backend instead:")
+        one = tp2pp2.replace(name=f"{run_prefix}_local", backend="local")
+        label, here = "local (torchrun per simulated node)", "this machine"
+    where = {label: here}
     # reuse: a finished run of this very config (a second pass of the notebook) is not retrained
-    runs = {next(iter(where)): launch(local, progress=False, hang_timeout=hang_timeout)}
+    runs = {label: launch(one, cluster=cluster, progress=False, hang_timeout=hang_timeout)}
 
 
 def startup(job) -> dict:

@@ -158,7 +158,8 @@ def startup(job) -> dict:
     """Start-up facts read from a job's log: world size, ranks per host, first iteration."""
     text = job.log_path.read_text(errors="replace")
     parsed = parse_log(job.log_path)
-    # Each rank prints its parameter count once; pdsh puts the host in front of each line.
+    # Each rank of the first data-parallel replica prints its parameter count once (with TP=2 x
+    # PP=2 on 4 ranks: every rank); pdsh puts the host in front of each line.
     hosts = Counter(m.group(1) for m in re.finditer(
         r"^(?:(\S+): )?\s*> number of parameters on \(tensor, pipeline\)", text, re.M))
     nodelist = re.search(r"^\[job\] \S+ on (\S+):", text, re.M)  # Slurm names its nodes once
@@ -175,7 +176,8 @@ def startup(job) -> dict:
 startups = pd.DataFrame({way: {"ran on": where[way], **startup(job)}
                          for way, job in runs.items()}).T
 display(startups)
-assert (startups["state"] == "COMPLETED").all() and (startups["world size"] == 4).all(), startups
+world = tp2pp2.nodes * tp2pp2.gpus_per_node
+assert (startups["state"] == "COMPLETED").all() and (startups["world size"] == world).all(), startups
 
 # %% [markdown]
 # ## 2 Kill a job and resume it from its checkpoint

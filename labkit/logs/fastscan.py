@@ -4,11 +4,13 @@ lines parsed straight from the bytes.
 A big log is mostly iteration lines and chatter. Hyperscan (a compiled multi-pattern engine)
 finds every trigger (scan.py's patterns) in chunks of ``CHUNK`` bytes (16 MB) read into one reused
 buffer, so memory stays flat in the file size. Lines in the common Megatron format (an optional
-launcher prefix, then what ``megatron._FAST`` matches) become a row of bytes fields appended to
-the collector's column store (``add_fast``): no cleaning, no dict per line. Every other line is
-fed exactly as ``scan.feed_lines`` would feed it (the same triggers, the line before a hit and
-the one after, every line while a record is open), with its line number counted lazily, so
-both paths give the same result (tests/test_logs.py compares them on every fixture).
+launcher prefix, then what ``megatron._FAST`` matches) become one CSV row of their fields in the
+collector's column store (``add_fast``; pandas' C reader makes the table): no cleaning, no dict
+per line, one regex match per line shape (``_RowMaker``). Every other line is fed exactly as
+``scan.feed_lines`` would feed it (the same triggers, the line before a hit and the one after,
+every line while a record is open; a line of ``lines.MAX_LINE_BYTES`` or more cut there with a
+note, as ``lines.iter_file`` reads it), with its line number counted lazily, so both paths give
+the same result (tests/test_logs.py and tests/test_logs_speed.py compare them).
 
 Without the ``hyperscan`` package this path is off and scan.py's grep path runs instead.
 """

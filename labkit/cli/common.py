@@ -58,8 +58,19 @@ positive_int = int_at_least(1)
 
 
 def show_json(doc: Any) -> None:
-    # One write: json.dump to a stream writes many tiny chunks (minutes on a big parse).
-    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+    # Written in ~1 MB pieces: json.dump writes many tiny chunks (minutes on a big parse) and
+    # json.dumps holds every piece of a big document at once (hundreds of MB for a 500 MB log).
+    buf: list[str] = []
+    size = 0
+    encoder = json.JSONEncoder(indent=2, allow_nan=False, default=str)
+    for piece in encoder.iterencode(doc):
+        buf.append(piece)
+        size += len(piece)
+        if size >= 1 << 20:
+            sys.stdout.write("".join(buf))
+            buf, size = [], 0
+    buf.append("\n")
+    sys.stdout.write("".join(buf))
 
 
 def say(text: str = "") -> None:

@@ -2,7 +2,9 @@
 
 Flag mode takes every RunConfig field that has a Megatron-LM flag (``MEGATRON_FLAGS``),
 ``--bf16``/``--fp16``, and the flags that spell out what the engine always does
-(``labkit.megatron_args.ENGINE_FLAGS``: given another value, it stops). Fields without a flag
+(``labkit.megatron_args.ENGINE_FLAGS``: given another value, it stops), and the data flags
+(``--data-path``, ``--vocab-file``, ``--merge-file``: paths that must be the ones the engine
+reads, ``labkit.megatron_args.data_paths``). Fields without a flag
 come from ``$LABKIT_CONFIG`` (the run's config.json, which labkit's job scripts name) and must
 agree with the flags; without it they come from the launcher (world size, local size, the GPU
 seen) and RunConfig's defaults. The rule is written out in ``labkit/render.py``.
@@ -23,12 +25,15 @@ from labkit.megatron_args import (
     ENGINE_FLAGS,
     RECOMPUTE_FULL,
     SWITCHES,
+    TOKENIZER_FILES,
     config_from_flags,
     engine_flag_problems,
 )
 from labkit.rules import fused_norms_missing
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO_ROOT / "data"
+"""The default corpus and tokenizer's folder (pretrain_gpt.py reads it: engine_data.resolve_data)."""
 
 
 def _number(text: str) -> int | float | str:
@@ -63,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     for flag in fixed:
         ap.add_argument(flag, dest="fixed:" + flag, default=None,
                         help="what labkit's engine always uses (another value stops it)")
+    for flag, name in TOKENIZER_FILES.items():
+        ap.add_argument(flag, dest="file:" + flag, default=None,
+                        help=f"the tokenizer's {name} (it must be the run's tokenizer_dir's)")
     for flag in SWITCHES:
         ap.add_argument(flag, action="store_true", help="implied (accepted for Megatron-LM)")
     return ap
@@ -78,10 +86,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
         os.environ.setdefault("LOCAL_RANK", str(a.local_rank))
     flags = {n: getattr(a, n) for n in MEGATRON_FLAGS if getattr(a, n) is not None}
     fixed = {k[len("fixed:"):]: v for k, v in vars(a).items() if k.startswith("fixed:")}
+    files = {k[len("file:"):]: v for k, v in vars(a).items() if k.startswith("file:") and v}
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if a.config:
-        if flags:
-            ap.error(f"give either --config or Megatron-LM flags, not both (got {sorted(flags)})")
+        if flags or files:
+            ap.error(f"give either --config or Megatron-LM flags, not both (got {sorted([*flags, *files])})")
         cfg = RunConfig.from_json(a.config)
         run_dir = a.config.resolve().parent
     else:
@@ -92,14 +101,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[RunConfig, Path, Path, bo
         base_file = os.environ.get("LABKIT_CONFIG")
         if base_file:  # a labkit job script: config.json carries the fields without a flag
             base = RunConfig.from_json(base_file)
-            cfg = config_from_flags(flags, precision=precision, base=base)
+            cfg = config_from_flags(flags, precision=precision, base=base, data_dir=DATA_DIR,
+                                    files=files)
             run_dir = (a.run_dir or Path(base_file).parent).resolve()
         else:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", str(world))))
             run_dir = (a.run_dir or (a.save.parent if a.save else REPO_ROOT / "runs" / "flags_run"))
             run_dir = run_dir.resolve()
             cfg = config_from_flags(
-                flags, precision=precision, base=None, name=run_dir.name,
+                flags, precision=precision, base=None, data_dir=DATA_DIR, files=files,
+                name=run_dir.name,
                 nodes=max(1, world // local), gpus_per_node=local,
                 device="cuda" if torch.cuda.is_available() else "cpu")
     if cfg.world_size != world:

@@ -15,9 +15,13 @@ The training script's arguments, one rule for every backend: the job script pass
 ``pretrain_gpt.py`` as Megatron-LM flags only, the flags the Megatron-LM and DLI lab scripts
 show, in arrays grouped as Megatron-LM's examples group them (parallelism, model, batch,
 training, data, logging; one flag per line, ``labkit.megatron_args``), so that an upstream
-Megatron-LM ``pretrain_gpt.py`` (a site whose ``code_dir`` holds Megatron-LM's) runs the same
-script unchanged. The fields that have no Megatron-LM flag (name, nodes, gpus_per_node, device,
-memory_limit_gb, tokenizer_dir, the profiler's ranks, ...) travel in ``RUN_DIR/config.json``,
+Megatron-LM ``pretrain_gpt.py`` (a site whose profile sets ``program:`` to it) runs the same
+script unchanged. The data flags are always there (Megatron-LM needs them): paths in labkit's
+data folder are written ``"$DATA_DIR"/...``, set in the script to ``data/`` beside the site's
+``code_dir`` (beside the folder of a ``program`` given to the function), where labkit's
+``pretrain_gpt.py`` reads its default corpus and tokenizer. The fields that
+have no Megatron-LM flag (name, nodes, gpus_per_node, device, memory_limit_gb, the profiler's
+ranks, ...) travel in ``RUN_DIR/config.json``,
 which the script names in the environment (``LABKIT_CONFIG``), not on the command line:
 Megatron-LM refuses flags it does not know, and ignores the variable. labkit's
 ``pretrain_gpt.py`` reads both, and stops before training when a flag and config.json disagree
@@ -38,7 +42,8 @@ from labkit.backends.spec import JobSpec, as_spec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.hosts import Host, cluster_hosts
-from labkit.paths import CODE_DIR, default_torchrun
+from labkit.megatron_args import DATA_DIR_REF
+from labkit.paths import CODE_DIR, DATA_DIR, default_torchrun
 from labkit.site import ClusterProfile, slurm_job_name
 
 TEMPLATE_DIR = CODE_DIR / "templates"
@@ -84,9 +89,21 @@ def program_words(program_args: Sequence[str] | None) -> str:
 CHECKPOINTS = '"$RUN_DIR/checkpoints"'
 
 
-def megatron_block(spec: JobSpec) -> str:
+def _flag_word(word: str) -> str:
+    ref = DATA_DIR_REF + "/"
+    return f'"{DATA_DIR_REF}"/' + _q(word[len(ref):]) if word.startswith(ref) else _q(word)
+
+
+def data_dir(cluster: ClusterProfile | None = None) -> Path:
+    """labkit's data folder on the nodes: ``data/`` beside the cluster's code_dir (or this
+    checkout's ``data/``)."""
+    return Path(cluster.code_dir).parent / "data" if cluster and cluster.code_dir else DATA_DIR
+
+
+def megatron_block(spec: JobSpec, data: Path = DATA_DIR) -> str:
     """The run's Megatron-LM flags as bash arrays, one flag per line, by group, then
-    ``MEGATRON_ARGS`` (all of them) and ``LABKIT_CONFIG`` (the fields without a flag)."""
+    ``MEGATRON_ARGS`` (all of them) and ``LABKIT_CONFIG`` (the fields without a flag);
+    ``DATA_DIR`` is ``data``, labkit's data folder."""
     lines = ["", "", "# ---- The run as Megatron-LM flags (pretrain_gpt.py: labkit's or "
              "Megatron-LM's) ----------------",
              "# labkit's own fields without a Megatron-LM flag (name, nodes, device, memory "
@@ -94,29 +111,36 @@ def megatron_block(spec: JobSpec) -> str:
              "# config.json, named here in the environment: Megatron-LM refuses flags it "
              "does not know.",
              'export LABKIT_CONFIG="$RUN_DIR/config.json"']
+    words = [w for _, items in spec.megatron_flags for it in items for w in it]
+    if any(w.startswith(DATA_DIR_REF + "/") for w in words):
+        lines += ["# labkit's data folder (`make data`): the corpus and tokenizer of a run "
+                  "without data_path.", f"DATA_DIR={_q(data)}"]
     names = []
     for group, items in spec.megatron_flags:
         name = f"{group.upper()}_ARGS"
         names.append(name)
-        body = ["    " + " ".join(_q(w) for w in it) for it in items]
+        body = ["    " + " ".join(_flag_word(w) for w in it) for it in items]
         if group == "logging":
             body += [f"    --save {CHECKPOINTS}", f"    --load {CHECKPOINTS}"]
         lines += [f"{name}=(", *body, ")"]
-    if "data" not in [g for g, _ in spec.megatron_flags]:
-        lines.append("# (no DATA_ARGS: data_path unset, so labkit's default corpus; Megatron-LM "
-                     "needs --data-path)")
     refs = [f'"${{{n}[@]}}"' for n in names]
     rows = [" ".join(refs[i:i + 3]) for i in range(0, len(refs), 3)]
     lines.append("MEGATRON_ARGS=(" + "\n               ".join(rows) + ")")
     return "\n".join(lines)
 
 
-def _arguments(spec: JobSpec, program: str | Path, program_args: Sequence[str] | None
-               ) -> tuple[str, str]:
-    """(lines before the command, the program's arguments on it): the module docstring's rule."""
-    if program_args is None and spec.megatron_flags and Path(program).name == "pretrain_gpt.py":
-        return megatron_block(spec), '"${MEGATRON_ARGS[@]}"'
-    return "", program_words(program_args)
+def _arguments(spec: JobSpec, program: str | Path | None, program_args: Sequence[str] | None,
+               cluster: ClusterProfile | None = None) -> tuple[str, str, str]:
+    """(the program, lines before the command, its arguments on it): the module docstring's
+    rule; no ``program``: the site's training program (``default_program``)."""
+    training = program is None or Path(program).name == "pretrain_gpt.py"
+    # labkit's pretrain_gpt.py reads data/ beside its own folder; the site's program (maybe
+    # Megatron-LM's) gets the data beside the site's code_dir.
+    data = Path(program).parent.parent / "data" if program else data_dir(cluster)
+    program = program or default_program(cluster)
+    if program_args is None and spec.megatron_flags and training:
+        return str(program), megatron_block(spec, data), '"${MEGATRON_ARGS[@]}"'
+    return str(program), "", program_words(program_args)
 
 
 def _sbatch_value(value: str) -> str:
@@ -125,7 +149,10 @@ def _sbatch_value(value: str) -> str:
 
 
 def default_program(cluster: ClusterProfile | None = None) -> str:
-    """``pretrain_gpt.py`` in the cluster's code_dir (or this checkout's ``code/``)."""
+    """The training program: the cluster's ``program``, else ``pretrain_gpt.py`` in its
+    code_dir (or this checkout's ``code/``)."""
+    if cluster is not None and cluster.program:
+        return cluster.program
     base = cluster.code_dir if cluster is not None and cluster.code_dir else str(CODE_DIR)
     return str(Path(base) / "pretrain_gpt.py")
 
@@ -191,7 +218,7 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
         spec: the job's shape (nodes, processes per node, device, ``nccl_debug``).
         cluster: the site (partition, account, time limit, modules, container, env).
         run_dir: the run's directory as the compute nodes see it.
-        program: the program; default ``pretrain_gpt.py`` of the cluster's code_dir.
+        program: the program; default the cluster's training program (``default_program``).
         program_args: its arguments; default: the run's Megatron-LM flags for
             ``pretrain_gpt.py``, else ``--config "$RUN_DIR/config.json"`` (module docstring).
     """
@@ -211,8 +238,7 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
     for opt in sbatch_options(spec, cluster, run_dir):
         key, eq, val = opt.partition("=")
         sbatch.append(f"#SBATCH {key}{eq}{_sbatch_value(val) if eq else ''}")
-    program = program or default_program(cluster)
-    block, words = _arguments(spec, program, program_args)
+    program, block, words = _arguments(spec, program, program_args, cluster)
     values = {
         "title": title, "summary": summary, "cluster": repr(cluster.name),
         "sbatch": "\n".join(sbatch),
@@ -234,8 +260,7 @@ def render_local(spec: JobSpec | RunConfig, run_dir: Path, *, program: str | Pat
     arguments as in ``render_sbatch``)."""
     spec = as_spec(spec)
     title, summary = _header(spec, "local launch script")
-    program = program or default_program()
-    block, words = _arguments(spec, program, program_args)
+    program, block, words = _arguments(spec, program, program_args)
     values = {
         "title": title, "summary": summary, "run_dir": _q(Path(run_dir)),
         "program": _q(program), "program_args": words, "program_setup": block,
@@ -305,8 +330,7 @@ def render_hostfile_launch(spec: JobSpec | RunConfig, cluster: ClusterProfile, r
     title, summary = _header(spec, f"{cluster.launcher} launch script")
     setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)
     env_lines = _env_lines(spec, dict(cluster.env))
-    program = program or default_program(cluster)
-    block, words = _arguments(spec, program, program_args)
+    program, block, words = _arguments(spec, program, program_args, cluster)
     values = {
         "title": title, "summary": summary + f" | hosts {','.join(h.name for h in hosts)}",
         "cluster": repr(cluster.name), "run_dir": _q(run_dir),

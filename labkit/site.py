@@ -66,7 +66,12 @@ class ClusterProfile:
     torchrun: str = "torchrun"
     """The torchrun command on the compute nodes (a path when it is not on PATH)."""
     code_dir: str | None = None
-    """Where ``pretrain_gpt.py`` lives on the nodes; None: this checkout's ``code/``."""
+    """Where labkit's ``code/`` lives on the nodes (``pretrain_gpt.py``, the all-reduce
+    benchmark, the doctor's probe; ``data/`` beside it); None: this checkout's ``code/``."""
+    program: str | None = None
+    """The training program on the nodes, e.g. an upstream Megatron-LM ``pretrain_gpt.py``
+    (the job script passes it the run as Megatron-LM flags); None: ``pretrain_gpt.py`` in
+    ``code_dir``. labkit's other programs stay in ``code_dir``."""
     run_root: str | None = None
     """Shared run root seen by every node; None: ``labkit.paths.run_root()``. ``{user}`` in it
     is the Unix user running labkit (``/shared/labkit/{user}/runs``: one root per student)."""
@@ -165,7 +170,7 @@ def _check(p: ClusterProfile) -> list[str]:
         why = text_problem(n, getattr(p, n))
         if why:
             out.append(why)
-    for n in ("code_dir", "run_root", "slurm_conf"):
+    for n in ("code_dir", "program", "run_root", "slurm_conf"):
         v = getattr(p, n)
         why = None if v is None else text_problem(n, v)
         if why:

@@ -20,8 +20,9 @@ from labkit.backends.spec import JobSpec
 from labkit.config import MEGATRON_FLAGS, RunConfig
 from labkit.errors import ConfigError
 from labkit.megatron_args import GROUPS, flag_groups, flag_words
-from labkit.render import render_hostfile_launch, render_local
-from labkit.site import ClusterProfile
+from labkit.paths import DATA_DIR
+from labkit.render import render_hostfile_launch, render_local, render_sbatch
+from labkit.site import ClusterProfile, load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "code"))
@@ -73,7 +74,16 @@ def test_the_script_flags_resolve_to_the_run_config(case, tmp_path, monkeypatch)
     script = render_local(cfg, run_dir, torchrun=str(tmp_path / "torchrun"))
     got = _script_args(script, tmp_path)
     assert got["config"] == str(run_dir / "config.json")
-    assert got["args"][:len(flag_words(cfg))] == flag_words(cfg)
+    words = flag_words(cfg, DATA_DIR)  # labkit's pretrain_gpt.py reads this checkout's data/
+    assert got["args"][:len(words)] == words
+    prefix = cfg.data_path or str(DATA_DIR / "corpus_text_document")
+    tok = cfg.tokenizer_dir or str(Path(prefix).parent / "tokenizer")
+    args = got["args"]
+    data = ("--data-path", "--vocab-file", "--merge-file", "--tokenizer-type", "--split")
+    assert {k: args[args.index(k) + 1] for k in data} == {
+        "--data-path": prefix, "--vocab-file": f"{tok}/vocab.json",
+        "--merge-file": f"{tok}/merges.txt", "--tokenizer-type": "GPT2BPETokenizer",
+        "--split": "98,2,0"}
     assert "--config" not in got["args"]  # Megatron-LM refuses flags it does not know
     assert got["args"][-4:] == ["--save", str(run_dir / "checkpoints"),
                                 "--load", str(run_dir / "checkpoints")]
@@ -91,6 +101,16 @@ def test_the_script_flags_resolve_to_the_run_config(case, tmp_path, monkeypatch)
         engine_args.parse_args(edited)
     with pytest.raises(ConfigError, match="--lr-decay-style linear"):
         engine_args.parse_args([*got["args"], "--lr-decay-style", "linear"])
+    # Data the engine would not read: stopped, both paths named.
+    with pytest.raises(ConfigError, match=rf"--data-path /elsewhere/x but the engine reads "
+                                          rf"{prefix}"):
+        engine_args.parse_args([*got["args"], "--data-path", "/elsewhere/x"])
+    with pytest.raises(ConfigError, match=rf"--merge-file /t/merges.txt but the engine reads "
+                                          rf"{tok}/merges.txt"):
+        engine_args.parse_args([*got["args"], "--merge-file", "/t/merges.txt"])
+    for flag, value in (("--tokenizer-type", "HuggingFaceTokenizer"), ("--split", "969,30,1")):
+        with pytest.raises(ConfigError, match=f"{flag} {value}"):
+            engine_args.parse_args([*got["args"], flag, value])
 
 
 def test_without_labkit_config_the_flags_alone_make_the_run(tmp_path, monkeypatch):
@@ -101,9 +121,47 @@ def test_without_labkit_config_the_flags_alone_make_the_run(tmp_path, monkeypatc
     monkeypatch.delenv("LABKIT_CONFIG", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    resolved, where, _, _ = engine_args.parse_args([*flag_words(cfg), "--run-dir",
+    resolved, where, _, _ = engine_args.parse_args([*flag_words(cfg, DATA_DIR), "--run-dir",
                                                     str(tmp_path / "byhand")])
     assert resolved == cfg and where == tmp_path / "byhand"
+    # Data elsewhere: the flags alone say where (the tokenizer beside the corpus is the default).
+    other = RunConfig(name="byhand", data_path="/d/x_text_document", tokenizer_dir="/tok",
+                      **CASES["tp2pp2"])
+    for c in (other, other.replace(tokenizer_dir=None)):
+        resolved, _, _, _ = engine_args.parse_args([*flag_words(c, DATA_DIR), "--run-dir",
+                                                    str(tmp_path / "byhand")])
+        assert resolved == c
+    with pytest.raises(ConfigError, match="different folders"):
+        engine_args.parse_args([*flag_words(other, DATA_DIR), "--merge-file", "/a/merges.txt"])
+
+
+def test_a_site_program_runs_the_training_script_only(tmp_path):
+    """``program:`` in a site YAML: the training job runs it with the flags; the doctor's probe
+    and the all-reduce benchmark (programs given by path) stay in code_dir."""
+    import shutil
+
+    from labkit.comm import BENCH
+
+    copy = tmp_path / "megatron lm" / "pretrain_gpt.py"
+    copy.parent.mkdir()
+    shutil.copy(REPO / "code" / "pretrain_gpt.py", copy)
+    yaml = tmp_path / "site.yaml"
+    yaml.write_text(f"name: upstream\ngpu_request: none\ncode_dir: /opt/labkit/code\n"
+                    f"program: {json.dumps(str(copy))}\n"
+                    f"hosts: [{{name: node1, slots: 2}}, {{name: node2, slots: 2}}]\n")
+    site = load_cluster(yaml)
+    assert site.program == str(copy)
+    cfg = RunConfig(name="tp2pp2", **CASES["tp2pp2"])
+    for text in (render_sbatch(cfg, site, Path("/runs/x")),
+                 render_hostfile_launch(cfg, site, Path("/runs/x"))):
+        assert f"export PROGRAM='{copy}'" in text
+        assert '"${MEGATRON_ARGS[@]}"' in text and "--config" not in text
+        assert "DATA_DIR=/opt/labkit/data" in text  # labkit's data beside code_dir
+    bench = render_sbatch(JobSpec(name="ar", nodes=2), site, Path("/runs/ar"), program=BENCH,
+                          program_args=["--sizes", "1"])
+    assert f"export PROGRAM={BENCH}" in bench and str(copy) not in bench
+    with pytest.raises(ConfigError, match="program="):
+        ClusterProfile(program="/opt/x\n/pretrain_gpt.py")
 
 
 def test_hostfile_scripts_pass_the_flags_and_name_the_config(tmp_path):
@@ -142,3 +200,12 @@ def test_flags_on_the_local_backend_train_as_the_config(tmp_path, run_root):
     flagged, configured = losses(job.run_dir), losses(by_config)
     assert sorted(flagged) == [2, 4, 6]
     assert flagged == configured
+
+
+def test_the_rendered_data_flags_are_what_the_engine_reads():
+    """``--split`` and the tokenizer files: the values code/engine_data.py builds its dataset with."""
+    from labkit.megatron_args import ENGINE_FLAGS, TOKENIZER_FILES
+
+    engine = (REPO / "code" / "engine_data.py").read_text()
+    assert f'split="{ENGINE_FLAGS["data"]["--split"]}"' in engine
+    assert all(f'd / "{name}"' in engine for name in TOKENIZER_FILES.values())

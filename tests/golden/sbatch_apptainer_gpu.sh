@@ -30,6 +30,8 @@ export NCCL_DEBUG=INFO
 # labkit's own fields without a Megatron-LM flag (name, nodes, device, memory cap, ...) are in
 # config.json, named here in the environment: Megatron-LM refuses flags it does not know.
 export LABKIT_CONFIG="$RUN_DIR/config.json"
+# labkit's data folder (`make data`): the corpus and tokenizer of a run without data_path.
+DATA_DIR=/shared/labkit/data
 PARALLELISM_ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
@@ -65,15 +67,21 @@ TRAINING_ARGS=(
     --adam-beta1 0.9
     --adam-beta2 0.95
 )
+DATA_ARGS=(
+    --data-path "$DATA_DIR"/corpus_text_document
+    --tokenizer-type GPT2BPETokenizer
+    --vocab-file "$DATA_DIR"/tokenizer/vocab.json
+    --merge-file "$DATA_DIR"/tokenizer/merges.txt
+    --split 98,2,0
+)
 LOGGING_ARGS=(
     --log-interval 10
     --eval-iters 2
     --save "$RUN_DIR/checkpoints"
     --load "$RUN_DIR/checkpoints"
 )
-# (no DATA_ARGS: data_path unset, so labkit's default corpus; Megatron-LM needs --data-path)
 MEGATRON_ARGS=("${PARALLELISM_ARGS[@]}" "${MODEL_ARGS[@]}" "${BATCH_ARGS[@]}"
-               "${TRAINING_ARGS[@]}" "${LOGGING_ARGS[@]}")
+               "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}")
 
 # The head node (node rank 0) hosts torchrun's rendezvous. The port comes from the job id,
 # so two jobs that share a node never fight over one fixed port.

@@ -360,14 +360,15 @@ def cluster_down() -> None:
 def cluster_status() -> dict:
     """``{"up", "nodes": [{"name", "addr", "state", "cpus"}], "slurm_conf", "partition", "rate",
     "profiles": {"slurm": PATH, "hostfile": PATH}}``; each PATH is a cluster profile YAML of the
-    mini-cluster (Slurm; hosts reached with ssh), which exists while it is up (pass it as
-    ``cluster=`` or ``--cluster``)."""
+    mini-cluster (Slurm; hosts reached with ssh), named only while it is up and the file exists
+    (pass it as ``cluster=`` or ``--cluster``); ``{}`` while it is down."""
     st = _read_started()
     out = {"up": is_up(), "nodes": [], "slurm_conf": str(SLURM_CONF), "partition": PARTITION,
-           "rate": st.get("rate") if st else None,
-           "profiles": {"slurm": str(MINICLUSTER_SITE), "hostfile": str(HOSTFILE_SITE)}}
+           "rate": st.get("rate") if st else None, "profiles": {}}
     if not out["up"]:
         return out
+    out["profiles"] = {kind: str(path) for kind, path in
+                       (("slurm", MINICLUSTER_SITE), ("hostfile", HOSTFILE_SITE)) if path.exists()}
     p = _sh("sinfo", "-N", "-h", "-o", "%N|%o|%t|%c", check=False, env=_slurm_env())
     for line in p.stdout.splitlines():
         parts = line.strip().split("|")

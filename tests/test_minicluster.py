@@ -40,11 +40,19 @@ def test_down_removes_the_published_profile_even_when_nothing_runs(tmp_path, mon
     assert not site_yaml.exists()
 
 
-def test_status_names_the_profile_file():
+def test_status_names_the_profile_files_only_while_up(monkeypatch):
+    """A profile path is named only while the mini-cluster is up and the file exists: a notebook
+    that reads it while the cluster is down must not be sent to a missing file."""
+    assert paths.MINICLUSTER_SITE.parent == minicluster.STATE_DIR
+    monkeypatch.setattr(minicluster, "is_up", lambda: False)
+    assert minicluster.cluster_status()["profiles"] == {}
+
+
+@pytest.mark.slurm
+def test_status_names_the_profile_files(slurm_cluster):
     st = minicluster.cluster_status()
     assert st["profiles"] == {"slurm": str(paths.MINICLUSTER_SITE),
                               "hostfile": str(minicluster.HOSTFILE_SITE)}
-    assert paths.MINICLUSTER_SITE.parent == minicluster.STATE_DIR
 
 
 def _ns(name: str, *cmd: str) -> str:

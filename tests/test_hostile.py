@@ -245,6 +245,7 @@ def test_local_script_with_hostile_fields_runs_only_what_it_should(tmp_path, hos
     ("modules", ["a\nid"]), ("setup", ["echo\rid"]), ("env", {"X": "a\nid"}),
     ("torchrun", "torchrun\n id"), ("name", "site\n"), ("partition", "p\nid"),
     ("container", {"runtime": "pyxis", "image": "img\nid"}), ("code_dir", "/c\x00"),
+    ("program", "/opt/megatron/pretrain_gpt.py\nid"),
 ])
 def test_newlines_in_a_site_profile_are_refused(field, value):
     with pytest.raises(ConfigError, match=f"{field}.*(control character|without spaces)"):

@@ -160,6 +160,9 @@ def port_reachable(hosts: list[Host], port: int = DEFAULT_PORT, wait: float = 60
         except subprocess.TimeoutExpired:
             listener.kill()
             listener.wait()
+        for pipe in (listener.stdout, listener.stderr):
+            if pipe:
+                pipe.close()
     if bad:
         return (FAIL, f"{where} (the rendezvous, MASTER_PORT) is not reachable from: "
                 + "; ".join(bad),

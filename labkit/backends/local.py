@@ -88,6 +88,12 @@ def start_launcher(name: str, run_dir: Path, backend: str, *, env: dict[str, str
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=run_dir,
                              env=full_env, start_new_session=True)
     _CHILDREN[p.pid] = p
+    # Popen returns while the kernel may still be inside execve, where /proc/PID/environ reads
+    # empty (half the time here under load): wait until the token shows, so the first status
+    # or cancel can verify the launcher.
+    end = time.time() + 10
+    while _env_token(p.pid) is None and p.poll() is None and time.time() < end:
+        time.sleep(0.005)
     st = _stat(p.pid)
     record = {"pid": p.pid, "pgid": p.pid, "start_ticks": st[3] if st else None, "port": port,
               "host": socket.gethostname(), "token": token, **(info or {})}
@@ -96,8 +102,28 @@ def start_launcher(name: str, run_dir: Path, backend: str, *, env: dict[str, str
 
 
 def launcher_alive(job: Job) -> bool:
-    """True while the job's launcher (``start_launcher``) runs, verifiably the job's own."""
-    return _launcher(job) is not None
+    """True while the job's launcher (``start_launcher``) runs: verifiably the job's own
+    (``_launcher``), or a live process with the recorded pid, start time and process group
+    whose environment is not readable yet (a process inside ``execve`` shows an empty
+    ``/proc/PID/environ`` for a moment; on a loaded machine the first poll can land there).
+    What decides a job's state; only ``_launcher``'s full check lets a process be signalled."""
+    if _launcher(job) is not None:
+        return True
+    pid, start, pgid = (_int(job.info.get("pid")), job.info.get("start_ticks"),
+                        _int(job.info.get("pgid")))
+    if pid is None or pgid != pid or isinstance(start, bool) or not isinstance(start, int) \
+            or _token(job) is None or not _alive(pid, start):
+        return False
+    st = _stat(pid)
+    return st is not None and st[2] == pgid and _env_token(pid) is None and _env_empty(pid)
+
+
+def _env_empty(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid() and \
+            not Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def _token(job: Job) -> bytes | None:
@@ -168,7 +194,7 @@ def _members(job: Job, scan: dict[bytes, list[tuple[int, int]]] | None = None
 def _state(job: Job, scan: dict[bytes, list[tuple[int, int]]] | None = None) -> JobState:
     if job.info.get("host", socket.gethostname()) != socket.gethostname():
         return JobState.UNKNOWN  # started on another machine: its processes are not visible
-    if _launcher(job) is not None or _members(job, scan):
+    if launcher_alive(job) or _members(job, scan):
         return JobState.RUNNING  # orphans of a killed launcher or agent count: they still run
     if (job.run_dir / CANCELLED_MARK).exists():
         return JobState.CANCELLED

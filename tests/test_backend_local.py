@@ -169,12 +169,19 @@ def test_a_job_is_running_from_its_first_poll(tmp_path):
 
 def test_a_launcher_inside_exec_is_running_but_never_signalled(tmp_path, monkeypatch):
     job = _launch_sleeper(tmp_path / "j")
-    monkeypatch.setattr(local_backend, "_env_token", lambda pid: None)  # environ not readable yet
-    monkeypatch.setattr(local_backend, "_env_empty", lambda pid: True)
-    assert local_backend.states([job])[job.job_id] is JobState.RUNNING
+    real_read = Path.read_bytes
+    environ = f"/proc/{job.info['pid']}/environ"
+    in_exec = {"environ": b""}  # what execve shows for a moment
+
+    def read_bytes(self):
+        return in_exec["environ"] if str(self) == environ else real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    # (the launcher alone: its child `sleep` carries the token and counts as running anyway)
+    assert local_backend.launcher_alive(job)
     assert local_backend._launcher(job) is None  # cancel needs the token: nothing signalled
     # An environment that reads but lacks the token is another program's: not this job.
-    monkeypatch.setattr(local_backend, "_env_empty", lambda pid: False)
-    assert local_backend.states([job])[job.job_id] is JobState.FAILED
+    in_exec["environ"] = b"PATH=/usr/bin\0"
+    assert not local_backend.launcher_alive(job)
     monkeypatch.undo()
     assert job.wait(timeout=120, progress=False) is JobState.COMPLETED

@@ -103,27 +103,10 @@ def start_launcher(name: str, run_dir: Path, backend: str, *, env: dict[str, str
 
 def launcher_alive(job: Job) -> bool:
     """True while the job's launcher (``start_launcher``) runs: verifiably the job's own
-    (``_launcher``), or a live process with the recorded pid, start time and process group
-    whose environment is not readable yet (a process inside ``execve`` shows an empty
-    ``/proc/PID/environ`` for a moment; on a loaded machine the first poll can land there).
-    What decides a job's state; only ``_launcher``'s full check lets a process be signalled."""
-    if _launcher(job) is not None:
-        return True
-    pid, start, pgid = (_int(job.info.get("pid")), job.info.get("start_ticks"),
-                        _int(job.info.get("pgid")))
-    if pid is None or pgid != pid or isinstance(start, bool) or not isinstance(start, int) \
-            or _token(job) is None or not _alive(pid, start):
-        return False
-    st = _stat(pid)
-    return st is not None and st[2] == pgid and _env_token(pid) is None and _env_empty(pid)
-
-
-def _env_empty(pid: int) -> bool:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid == os.geteuid() and \
-            not Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
+    (``_launcher``), or the recorded process still inside ``execve``, where
+    ``/proc/PID/environ`` reads empty for a moment (on a loaded machine the first poll can
+    land there). What decides a job's state; only ``_launcher`` lets a process be signalled."""
+    return _launcher(job) is not None or _launcher(job, in_exec=True) is not None
 
 
 def _token(job: Job) -> bytes | None:
@@ -147,10 +130,12 @@ def _env_token(pid: int) -> bytes | None:
     return m.group(1) if m else None
 
 
-def _launcher(job: Job) -> tuple[int, int] | None:
+def _launcher(job: Job, in_exec: bool = False) -> tuple[int, int] | None:
     """(pid, start ticks) of the job's launcher when it lives and is verifiably the job's:
     the recorded start time, the recorded process group (the one it leads), the caller's user
-    and the job's token. A record without a start time or a token is never trusted."""
+    and the job's token. A record without a start time or a token is never trusted.
+    ``in_exec``: the same checks, but an environment that still reads empty stands in for
+    the token (what ``launcher_alive`` accepts; never enough to signal)."""
     pid, start, pgid = (_int(job.info.get("pid")), job.info.get("start_ticks"),
                         _int(job.info.get("pgid")))
     if pid is None or pgid != pid or isinstance(start, bool) or not isinstance(start, int) \
@@ -164,6 +149,11 @@ def _launcher(job: Job) -> tuple[int, int] | None:
             return None
     except OSError:
         return None
+    if in_exec:
+        try:
+            return None if Path(f"/proc/{pid}/environ").read_bytes() else (pid, start)
+        except OSError:
+            return None
     if _env_token(pid) != _token(job):
         return None
     return pid, start

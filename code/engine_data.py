@@ -19,6 +19,8 @@ from megatron.core import parallel_state as ps
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+from labkit.megatron_args import ENGINE_FLAGS, TOKENIZER_FILES
+
 EOD = "<|endoftext|>"
 
 
@@ -29,7 +31,7 @@ class GPT2BPEFiles:
         from tokenizers import ByteLevelBPETokenizer
 
         d = Path(tokenizer_dir)
-        vocab, merges = d / "vocab.json", d / "merges.txt"
+        vocab, merges = (d / TOKENIZER_FILES[f] for f in ("--vocab-file", "--merge-file"))
         missing = [str(p) for p in (vocab, merges) if not p.is_file()]
         if missing:
             raise FileNotFoundError(
@@ -76,7 +78,7 @@ def build_datasets(cfg: Any, prefix: Path, tokenizer: GPT2BPEFiles,
         random_seed=cfg.seed,
         sequence_length=cfg.seq_length,
         blend=([str(prefix)], None),
-        split="98,2,0",
+        split=ENGINE_FLAGS["data"]["--split"],  # what the job script's --split says
         path_to_cache=str(cache_dir),
         tokenizer=tokenizer,
         reset_position_ids=False,

@@ -201,11 +201,3 @@ def test_flags_on_the_local_backend_train_as_the_config(tmp_path, run_root):
     assert sorted(flagged) == [2, 4, 6]
     assert flagged == configured
 
-
-def test_the_rendered_data_flags_are_what_the_engine_reads():
-    """``--split`` and the tokenizer files: the values code/engine_data.py builds its dataset with."""
-    from labkit.megatron_args import ENGINE_FLAGS, TOKENIZER_FILES
-
-    engine = (REPO / "code" / "engine_data.py").read_text()
-    assert f'split="{ENGINE_FLAGS["data"]["--split"]}"' in engine
-    assert all(f'd / "{name}"' in engine for name in TOKENIZER_FILES.values())

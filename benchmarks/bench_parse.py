@@ -7,8 +7,8 @@ and per-rank chatter
 (warnings, data-loader and timer lines) between iterations. Then prints MB/s of both, their
 ratio, and the parser's peak memory (measured in a child process, next to the same child's
 footprint after imports, so the figure is what parsing adds). The parse runs on the path a user
-gets: Hyperscan when the package is installed (labkit/logs/fastscan.py), else the grep pre-filter;
-`--path grep` or `--path python` forces the others.
+gets: the Aho-Corasick pass when ahocorasick-rs is installed (labkit/logs/fastscan.py), else the
+grep pre-filter; `--path grep` or `--path python` forces the others.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py            # 1 GB (default)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 200
@@ -116,7 +116,7 @@ p = parse_log(sys.argv[1])
 dt, cpu = time.perf_counter() - t, time.process_time() - c
 ch = resource.getrusage(resource.RUSAGE_CHILDREN)  # the grep pre-filter
 print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
-                  "path": "hyperscan" if fastscan.available() else sys.argv[2],
+                  "path": "aho-corasick" if fastscan.available() else sys.argv[2],
                   "iterations": len(p.iterations), "memory_rows": len(p.memory),
                   "channels": len(p.nccl), "failures": len(p.failure_records),
                   "base_rss_mb": base / 1024,
@@ -127,7 +127,7 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
 def time_parse(path: Path, which: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if which in ("grep", "python"):
-        env["LABKIT_NO_HYPERSCAN"] = "1"
+        env["LABKIT_NO_FASTSCAN"] = "1"
     if which == "python":
         env["LABKIT_NO_GREP"] = "1"
     out = subprocess.run([sys.executable, "-c", CHILD, str(path), which], capture_output=True, text=True,
@@ -182,7 +182,7 @@ def main() -> None:
     ap.add_argument("--keep", help="write the log here instead of a temporary folder (kept)")
     ap.add_argument("--reuse", action="store_true", help="with --keep: parse the kept log if it exists")
     ap.add_argument("--path", choices=("default", "grep", "python"), default="default",
-                    help="parse path: default (Hyperscan if installed), grep pre-filter, pure Python")
+                    help="parse path: default (Aho-Corasick if installed), grep pre-filter, pure Python")
     ap.add_argument("--cli", action="store_true", help="also time `labkit parse --json` on the log")
     ap.add_argument("--long-line-mb", type=int, default=0, help="also parse a log with one line this long")
     args = ap.parse_args()

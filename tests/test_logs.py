@@ -220,14 +220,14 @@ ALL_FIXTURES = sorted(FIX.glob("*.txt")) + sorted((FIX / "real").glob("*.txt"))
 
 @pytest.mark.parametrize("fixture", ALL_FIXTURES, ids=[p.name for p in ALL_FIXTURES])
 def test_fast_grep_and_python_paths_agree(fixture, monkeypatch):
-    """The fast path (Hyperscan when installed), grep's and the straightforward one: identical."""
+    """The fast path (ahocorasick-rs when installed), grep's and the straightforward one: identical."""
     from labkit.logs import fastscan
 
     fast = parse_log(fixture).to_dict()
     monkeypatch.setattr(fastscan, "CHUNK", 256)  # chunk boundaries everywhere, long lines grow it
     monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 1)
     small = parse_log(fixture).to_dict()
-    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
     grep = parse_log(fixture).to_dict()
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
     slow = parse_log(fixture).to_dict()
@@ -252,7 +252,7 @@ def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
     monkeypatch.setattr(fastscan, "CHUNK", 1 << 14)
     monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 97)
     fast = parse_log(log).to_dict()
-    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
     assert fast == parse_log(log).to_dict()
     assert len(fast["iterations"]) >= 2999

@@ -22,7 +22,7 @@ MISTRAL = REAL / "hf_trainer_deepspeed_0.4_pdsh_mistral_guide.txt"
 @pytest.mark.parametrize("log", LAUNCHER_AND_TRAINER, ids=lambda p: p.stem)
 def test_every_scan_path_reads_the_same(log, monkeypatch):
     fast = parse_log(log).to_dict()
-    monkeypatch.setenv("LABKIT_NO_HYPERSCAN", "1")
+    monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
     assert parse_log(log).to_dict() == fast  # grep
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
     assert parse_log(log).to_dict() == fast  # pure Python

@@ -124,7 +124,8 @@ class _Collector:
         # Iteration records are packed into DataFrame chunks as they come, so memory grows with
         # the compact table, not with one Python dict per iteration.
         self.iter_rows: list[dict[str, Any]] = []
-        self.fast_rows: list[bytes] = []  # whole Megatron lines as CSV rows (fastscan.py)
+        self.fast_rows: list[bytes] = []  # whole Megatron lines as CSV text (fastscan.py)
+        self.fast_n = 0  # rows in fast_rows
         self.iter_chunks: list[pd.DataFrame] = []
         self.memory: list[dict[str, Any]] = []
         self.validation: list[dict[str, Any]] = []
@@ -184,15 +185,20 @@ class _Collector:
     def add_fast(self, row: bytes) -> None:
         """One iteration line in the common Megatron format: megatron._FAST's groups as one CSV
         row (``b",".join(match.groups(b""))``, an absent field empty)."""
-        self.pack_rows()
-        self.fast_rows.append(row)
-        if len(self.fast_rows) >= _CHUNK_ROWS:
+        self.add_fast_rows(row + b"\n", 1)
+
+    def add_fast_rows(self, csv: bytes, n: int) -> None:
+        """``n`` such rows, each ending in a newline."""
+        self.pack_rows()  # the general path's records stay before these rows
+        self.fast_rows.append(csv)
+        self.fast_n += n
+        if self.fast_n >= _CHUNK_ROWS:
             self._pack_fast()
 
     def _pack_fast(self) -> None:
         """The same frame _pack makes of megatron._parse_fast's records, parsed by pandas' C reader."""
-        blob = b"\n".join(self.fast_rows)
-        self.fast_rows.clear()  # emptied in place (fastscan holds the list)
+        blob = b"".join(self.fast_rows)
+        self.fast_rows, self.fast_n = [], 0
         df = pd.read_csv(io.BytesIO(blob), header=None, names=list(megatron._FAST_COLS), engine="c",
                          dtype=_FAST_DTYPES, keep_default_na=False, na_values=[""], **_EXACT_FLOATS)
         absent = [c for c in _FAST_OPTIONAL if df[c].isna().all()]  # a record dict leaves them out

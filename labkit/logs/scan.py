@@ -1,7 +1,7 @@
 """Which lines of a log reach the parsers: a fast pre-filter, with exact context.
 
 Only lines holding a trigger (a word, or an iteration counter) can carry a record or a failure.
-For a file, fastscan.py (Hyperscan) or else ``grep -E`` (over the whole file, in C) finds them;
+For a file, fastscan.py (Aho-Corasick) or else ``grep -E`` (over the whole file, in C) finds them;
 Python then reads around them directly (the line before and after, for messages hard-wrapped
 over two lines, and every following line while a multi-line record is open: a traceback, the
 Megatron argument block, torchrun's failure table). Without either, or for in-memory lines, the
@@ -31,7 +31,8 @@ TRIGGERS = ("memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
             "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
             "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length",
             "world_info=", "{'loss': ", '{"loss": ', "No space", "ENOSPC", "quota", "corrupt")
-_SP = "[\t\x0b\x0c\r ]"  # a space within a line, ASCII only (the same on str and bytes)
+SPACES = "\t\x0b\x0c\r "  # a space within a line, ASCII only (the same on str and bytes)
+_SP = f"[{SPACES}]"
 ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"
 TRIGGER_PATTERNS = (ITERATION_TRIGGER, *(re.escape(t) for t in TRIGGERS))
 _TRIGGER_RE = re.compile("|".join(TRIGGER_PATTERNS))

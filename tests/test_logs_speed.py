@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from labkit.logs import fastscan, parse_log
+from labkit.logs import fastscan, parse_log, shapes
 from labkit.logs import parse as parse_mod
 from labkit.logs.megatron import _FAST_COLS, _FAST_INT
 from labkit.logs.scan import ITERATION_TRIGGER, SPACES, TRIGGERS
@@ -66,7 +66,7 @@ def test_fast_rows_parse_as_python_does():
         fields.update({c: f for c in _FAST_COLS if c not in _FAST_INT and c != "timestamp"})
         fields["timestamp"] = "2026-11-22 03:30:01.123456789" if i % 2 else ""
         fields["consumed_samples"] = str(rng.randrange(10**15))
-        col.add_fast(",".join(fields[c] for c in _FAST_COLS).encode())
+        col.add_fast_rows(",".join(fields[c] for c in _FAST_COLS).encode() + b"\n", 1)
         expect.append(fields)
     df = col.iterations()
     assert list(df["consumed_samples"]) == [int(e["consumed_samples"]) for e in expect]
@@ -180,10 +180,10 @@ def _atoms(sub: sre_parse.SubPattern):
 
 
 def test_fast_line_match_is_digit_blind():
-    """What _RowMaker relies on: _BFAST has no literal digit, and each of its sets holds all ten
+    """What shapes.RowMaker relies on: BFAST has no literal digit, and each of its sets holds all ten
     digits or none; so lines differing only in their digits match alike, with the same spans."""
     digits = set(b"0123456789")
-    atoms = list(_atoms(sre_parse.parse(fastscan._BFAST.pattern.decode())))
+    atoms = list(_atoms(sre_parse.parse(shapes.BFAST.pattern.decode())))
     assert sum(op == sre_constants.IN for op, _ in atoms) >= 20 and len(atoms) >= 200
     for op, av in atoms:
         if op == sre_constants.LITERAL:
@@ -202,11 +202,11 @@ def test_fast_line_match_is_digit_blind():
             assert inside in (set(), digits), av
     rng = random.Random(3)
     lines = [ln for f in ALL_FIXTURES for ln in f.read_bytes().splitlines() if b"iteration" in ln]
-    maker, seen = fastscan._RowMaker(), 0
+    maker, seen = shapes.RowMaker(), 0
     for ln in lines * 3:
         mutated = bytes(rng.choice(b"0123456789") if c in b"0123456789" else c for c in ln)
         for line in (ln, mutated):
-            m = fastscan._BFAST.fullmatch(line)
+            m = shapes.BFAST.fullmatch(line)
             assert maker.row(line) == (None if m is None else b",".join(m.groups(b""))), line
             seen += m is not None
     assert seen >= 20
@@ -247,8 +247,8 @@ def test_long_lines_are_cut_as_the_general_path_cuts_them(case, tmp_path, monkey
 
 @pytest.mark.parametrize("seed", range(4))
 def test_fast_lines_sorts_counter_lines_as_the_regexes_do(seed):
-    """_fast_lines' contract, line by line: a line with a counter word is a common-format record
-    exactly where _BFAST matches it whole (with its fields as the row), else a hit line exactly
+    """shapes.fast_lines' contract, line by line: a line with a counter word is a common-format record
+    exactly where BFAST matches it whole (with its fields as the row), else a hit line exactly
     where a trigger regex finds one (a counter word alone, "per iteration (ms)", is none)."""
     rng = random.Random(seed)
     others = [b"forward-backward time per iteration (ms): 812.3", b"iteration 5 done", b"iterations: 3",
@@ -261,19 +261,19 @@ def test_fast_lines_sorts_counter_lines_as_the_regexes_do(seed):
     data = b"\n".join(ln.replace(b"\n", b" ") for ln in lines) + b"\n"
     found = fastscan._database().find_matches_as_indexes(data)
     iters = [e for i, _, e in found if i < fastscan._N_COUNTER]
-    fs, fe, rows, slow = fastscan._fast_lines(bytearray(data), len(data), iters, fastscan._RowMaker(), {})
+    fs, fe, rows, slow = shapes.fast_lines(bytearray(data), len(data), iters, shapes.RowMaker(), {})
     words = b"|".join(re.escape(t.encode()) for t in TRIGGERS)
     trigger = re.compile(ITERATION_TRIGGER.encode() + b"|" + words)
     want_fast, want_slow, pos = {}, set(), 0
     for ln in data.split(b"\n")[:-1]:
         if any(w in ln for w in fastscan._COUNTER_WORDS):
-            m = fastscan._BFAST.fullmatch(ln)
+            m = shapes.BFAST.fullmatch(ln)
             if m is not None:
                 want_fast[pos] = b",".join(m.groups(b""))
             elif trigger.search(ln):
                 want_slow.add(pos)
         pos += len(ln) + 1
-    got = fastscan._csv(rows, 0, len(fs)).split(b"\n")[:-1] if fs else []
+    got = shapes.csv_text(rows, 0, len(fs)).split(b"\n")[:-1] if fs else []
     assert dict(zip(fs, got, strict=True)) == want_fast
     assert all(data[e:e + 1] in (b"\n", b"") for e in fe)
     assert set(slow) == want_slow

@@ -3,7 +3,7 @@
 A log is streamed, never read whole. scan.py (or fastscan.py) passes on only the lines that can
 hold a record (and their context), which is what keeps a 1 GB log fast; each is cleaned
 (lines.py) and offered to the record parsers here and to the failure scanner; fastscan.py hands
-whole iteration lines in the common format straight to a column store (``add_fast``).
+whole iteration lines in the common format straight to a column store (``add_fast_rows``).
 Multi-line records (tracebacks, the argument block, torchrun's failure table, hard-wrapped
 iteration lines) make the collector ``busy``: every line is then fed until they close.
 """
@@ -182,13 +182,9 @@ class _Collector:
             self.iter_chunks.append(_pack(self.iter_rows))
             self.iter_rows = []
 
-    def add_fast(self, row: bytes) -> None:
-        """One iteration line in the common Megatron format: megatron._FAST's groups as one CSV
-        row (``b",".join(match.groups(b""))``, an absent field empty)."""
-        self.add_fast_rows(row + b"\n", 1)
-
     def add_fast_rows(self, csv: bytes, n: int) -> None:
-        """``n`` such rows, each ending in a newline."""
+        """``n`` iteration lines in the common Megatron format: megatron._FAST's groups as CSV rows
+        (``b",".join(match.groups(b""))`` and a newline each, an absent field empty)."""
         self.pack_rows()  # the general path's records stay before these rows
         self.fast_rows.append(csv)
         self.fast_n += n

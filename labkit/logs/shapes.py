@@ -60,7 +60,7 @@ class RowMaker:
 
 
 def fast_lines(buf: Any, cut: int, iters: list[int], fast: RowMaker,
-                cuts: dict[int, bytes]) -> tuple[list[int], list[int], Any, list[int]]:
+               cuts: dict[int, bytes]) -> tuple[list[int], list[int], Any, list[int]]:
     """The lines holding an iteration counter (``iters``: end offsets of the counters): (starts,
     ends and CSV rows (``csv_text`` takes them) of the common-format ones, starts of the others),
     each in file order.

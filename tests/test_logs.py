@@ -13,6 +13,7 @@ import pytest
 
 from labkit.errors import LabkitError
 from labkit.logs import clean_line, parse_lines, parse_log
+from labkit.logs import parse as parse_mod
 from labkit.logs.parse import ITER_COLUMNS
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
@@ -225,7 +226,7 @@ def test_fast_grep_and_python_paths_agree(fixture, monkeypatch):
 
     fast = parse_log(fixture).to_dict()
     monkeypatch.setattr(fastscan, "CHUNK", 256)  # chunk boundaries everywhere, long lines grow it
-    monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 1)
+    monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)
     small = parse_log(fixture).to_dict()
     monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
     grep = parse_log(fixture).to_dict()
@@ -250,7 +251,7 @@ def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
     log = tmp_path / "log.txt"
     log.write_bytes(b"\n".join(out))  # no newline at the end either
     monkeypatch.setattr(fastscan, "CHUNK", 1 << 14)
-    monkeypatch.setattr(fastscan, "FAST_PACK_ROWS", 97)
+    monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 97)
     fast = parse_log(log).to_dict()
     monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
     monkeypatch.setenv("LABKIT_NO_GREP", "1")
@@ -259,8 +260,6 @@ def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
 
 
 def test_chunked_iteration_records_give_the_same_frame(monkeypatch):
-    from labkit.logs import parse as parse_mod
-
     names = ("deepspeed_0.14_engine.txt", "megatron_lm_v2_2021.txt")
     whole = {f: parse_log(FIX / f).to_dict() for f in names}
     monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)

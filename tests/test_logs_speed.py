@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not fastscan.available(), reason="ahocorasick-rs
 def _frames(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pd.DataFrame, pd.DataFrame]:
     with monkeypatch.context() as m:
         m.setattr(fastscan, "CHUNK", 1 << 12)
-        m.setattr(fastscan, "FAST_PACK_ROWS", 7)
+        m.setattr(parse_mod, "_CHUNK_ROWS", 7)
         fast = parse_log(path).iterations
     with monkeypatch.context() as m:
         m.setenv("LABKIT_NO_FASTSCAN", "1")
@@ -144,7 +144,7 @@ def test_fast_path_agrees_on_near_misses(chunk, tmp_path, monkeypatch):
         log.write_bytes(b"\n".join(out))
         with monkeypatch.context() as m:
             m.setattr(fastscan, "CHUNK", chunk)
-            m.setattr(fastscan, "FAST_PACK_ROWS", 301)
+            m.setattr(parse_mod, "_CHUNK_ROWS", 301)
             fast = parse_log(log)
         with monkeypatch.context() as m:
             m.setenv("LABKIT_NO_FASTSCAN", "1")

@@ -38,7 +38,6 @@ except ImportError:  # pragma: no cover - depends on the platform
     ahocorasick_rs = None
 
 CHUNK = 2 << 20  # small enough that its scratch memory is reused, not mapped afresh per chunk
-FAST_PACK_ROWS = 20_000  # as parse._CHUNK_ROWS: rows are packed into a frame this often
 _db: Any = None
 
 
@@ -213,9 +212,7 @@ def _feed_chunk(col: Any, view: memoryview, buf_off: int, cut: int, iters: list[
     def emit(upto: int) -> None:  # common-format lines k..upto-1
         nonlocal k, fed_to
         if upto > k:
-            col.add_fast_rows(csv_text(rows, k, upto), upto - k)
-            if col.fast_n >= FAST_PACK_ROWS:
-                col._pack_fast()
+            col.add_fast_rows(csv_text(rows, k, upto), upto - k)  # packed every parse._CHUNK_ROWS
             fed_to = max(fed_to, fe[upto - 1] + 1)
             k = upto
 

@@ -18,6 +18,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stub_commands import NOT_FOUND
+from stub_commands import install as install_stubs
+from stub_commands import records as stub_records
 
 from labkit.cli import main as cli
 from labkit.config import FIELD_NAMES, RunConfig
@@ -154,26 +157,11 @@ HOSTILE = "a'b \"c\" $(touch PWNED) `touch PWNED2`; touch PWNED3 & x|y >z *?[a] 
 HOSTILE_PATH = HOSTILE.replace("{a,b} ", "")
 WORD = "w$(touch_PWNED4);`touch_PWNED5`|&>'\"*"  # a word without spaces (partition, account...)
 
-STUB = """#!/bin/bash
-{ printf '%s\\x1f' "${0##*/}" "$@"; printf '\\x1e'; } >> "$STUB_LOG"
-case "${0##*/}" in
-  scontrol) echo node1 ;;
-  head) IFS= read -r line; printf '%s\\n' "$line" ;;
-  seq) i=$1; while [ "$i" -le "$2" ]; do echo "$i"; i=$((i + 1)); done ;;
-esac
-exit 0
-"""
-NOT_FOUND = 'command_not_found_handle() { printf "UNEXPECTED %s\\n" "$*" >> "$STUB_LOG"; return 127; }\n'
-
-
 def _sandbox(tmp_path: Path, script: str, stubs: list[str], env: dict[str, str]) -> list[list[str]]:
     """Run ``script`` with only ``stubs`` on PATH (each logs its argv); returns the argv lists."""
-    bin_dir = tmp_path / "stub-bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name in stubs:
-        (bin_dir / name).write_text(STUB)
-        (bin_dir / name).chmod(0o755)
-    log, rc = tmp_path / "stub.log", tmp_path / "bashenv"
+    bin_dir, log, rc = tmp_path / "stub-bin", tmp_path / "stub-log", tmp_path / "bashenv"
+    install_stubs(bin_dir, stubs)
+    log.mkdir()
     rc.write_text(NOT_FOUND)
     path = tmp_path / "job.sh"
     path.write_text(script)
@@ -181,11 +169,11 @@ def _sandbox(tmp_path: Path, script: str, stubs: list[str], env: dict[str, str])
     p = subprocess.run(["/bin/bash", str(path)], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path, env={"PATH": str(bin_dir), "STUB_LOG": str(log),
                                           "BASH_ENV": str(rc), "HOME": str(tmp_path), **env})
-    text = log.read_text() if log.exists() else ""
-    assert "UNEXPECTED" not in text, (text, p.stderr)
+    calls = stub_records(log)
+    assert not [c for c in calls if c[0] == "UNEXPECTED"], (calls, p.stderr)
     made = [q for q in tmp_path.rglob("*") if q.name.startswith(("PWNED", "touch_PWNED"))]
     assert not made, p.stderr
-    return [r.split("\x1f")[:-1] for r in text.split("\x1e") if r]
+    return calls
 
 
 @pytest.fixture

@@ -29,7 +29,10 @@ from labkit.render import render_local, render_sbatch, sbatch_options
 from labkit.site import FIELD_NAMES as SITE_FIELDS
 from labkit.site import ClusterProfile, load_cluster
 
-CEILING_S = 10.0  # a generous bound for "never hangs"; the real answer takes milliseconds
+# A generous bound for "never hangs", in CPU seconds of this process (time.process_time): the
+# real answer takes milliseconds, and other processes loading the machine do not count, so a busy
+# machine cannot fail these tests while a blow-up (an alias bomb, a billion-rank plan) still does.
+CEILING_S = 10.0
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -51,7 +54,7 @@ def _names_a_key(err: LabkitError, keys: list[str]) -> bool:
                        max_size=6))
 def test_runconfig_json_is_valid_or_names_the_field(doc):
     text = json.dumps(doc)  # NaN and Infinity go in as the bare words JSON does not allow
-    t0 = time.monotonic()
+    t0 = time.process_time()
     try:
         cfg = RunConfig.from_json(text)
     except ConfigError as e:
@@ -59,7 +62,7 @@ def test_runconfig_json_is_valid_or_names_the_field(doc):
     else:
         json.loads(cfg.to_json())  # what is accepted is written back as strict JSON
         assert RunConfig.from_json(cfg.to_json()) == cfg
-    assert time.monotonic() - t0 < CEILING_S
+    assert time.process_time() - t0 < CEILING_S
 
 
 @SETTINGS
@@ -67,12 +70,12 @@ def test_runconfig_json_is_valid_or_names_the_field(doc):
 def test_site_yaml_is_valid_or_names_the_field(tmp_path_factory, doc):
     path = tmp_path_factory.mktemp("site") / "site.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
-    t0 = time.monotonic()
+    t0 = time.process_time()
     try:
         load_cluster(path)
     except ConfigError as e:
         assert _names_a_key(e, list(doc) + ["mapping"]), str(e)
-    assert time.monotonic() - t0 < CEILING_S
+    assert time.process_time() - t0 < CEILING_S
 
 
 @pytest.mark.parametrize("text", [
@@ -88,10 +91,10 @@ def test_site_yaml_is_valid_or_names_the_field(tmp_path_factory, doc):
 def test_site_yaml_bombs_and_newlines_are_refused(tmp_path, text):
     path = tmp_path / "site.yaml"
     path.write_text(text)
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ConfigError, match="alias|anchor|nests|control character|mapping"):
         load_cluster(path)
-    assert time.monotonic() - t0 < CEILING_S
+    assert time.process_time() - t0 < CEILING_S
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -124,11 +127,11 @@ def test_config_files_in_other_encodings(tmp_path, capsys):
 
 
 def test_absurd_numbers_answer_at_once(capsys):
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert cli(["plan", "--world-size", "1000000000"]) == 2
     assert cli(["plan", "--world-size", "0"]) == 2
     assert cli(["plan", "--world-size", "1000003", "--gpus-per-node", "1"]) == 2
-    assert time.monotonic() - t0 < 3 * CEILING_S
+    assert time.process_time() - t0 < 3 * CEILING_S
     err = capsys.readouterr().err
     assert "Traceback" not in err and "must be" in err
 

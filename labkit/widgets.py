@@ -46,18 +46,19 @@ def render_layout_html(result: dict[str, Any]) -> str:
         for stage in ("first_stage", "last_stage"):
             s = mem.get(stage) or {}
             cells = "".join(f"<td>{s.get(k, float('nan')):.3f}</td>" for k in
-                            ("weights", "gradients", "optimizer", "activations", "logits",
-                             "total"))
+                            ("weights", "gradients", "optimizer", "startup", "activations",
+                             "logits", "total"))
             rows.append(f"<tr><td>{stage.replace('_', ' ')}</td>{cells}</tr>")
         fits = plan.get("fits")
         verdict = ("<b style='color:#1b5e20'>fits</b>" if fits else
                    "<b style='color:#b00020'>does NOT fit</b>")
         parts.append(
             "<table><tr><th>stage</th><th>weights</th><th>grads</th><th>optimizer</th>"
-            "<th>activations</th><th>logits</th><th>total GB</th></tr>" + "".join(rows)
+            "<th>start-up</th><th>activations</th><th>logits</th><th>total GB</th></tr>" + "".join(rows)
             + "</table>"
             + f"<p>peak {mem.get('peak', float('nan')):.3f} GB per device; needs "
-              f"{plan.get('required_gb', mem.get('peak', float('nan'))):.3f} GB of "
+              f"{plan.get('required_gb', mem.get('peak', float('nan'))):.3f} GB (x allocator "
+              f"factor, + runtime) against a limit of "
               f"{plan.get('gpu_memory_gb', float('nan')):.3g} GB: {verdict}; pipeline bubble "
               f"{plan.get('bubble_fraction', 0):.1%}</p>")
     return "".join(parts)

@@ -119,3 +119,31 @@ def test_throughput_per_device_and_mfu_from_a_real_engine_log(tmp_path):
     assert g["mfu"] == pytest.approx(expected_tflops / peak_tflops("H100", gpu.precision))
     assert math.isnan(lab.throughput(df[df["name"] == "gpu_run"], gpu_model=None)["mfu"].iloc[0]) \
         or lab._visible_gpu() is not None
+
+
+def _sums(line: str) -> tuple[float, list[float]]:
+    """``total = a + b + ...`` of one summary line: the total and its parts."""
+    total, rest = line.split(" GB = ")
+    return float(total.split()[-1]), [float(t.split()[-1]) for t in rest.split(" + ")]
+
+
+@pytest.mark.parametrize("profile,limit", [("cpu", None), ("cpu", 1.0), ("gpu", None)])
+def test_plan_summary_totals_equal_their_listed_parts_and_name_the_limit(profile, limit):
+    from labkit.config import RunConfig
+    from labkit.planner import plan
+
+    cfg = RunConfig.for_profile(profile, name="x", nodes=1, gpus_per_node=2, micro_batch_size=16,
+                                global_batch_size=32, memory_limit_gb=limit)
+    p = plan(cfg)
+    lines = p.summary().splitlines()
+    for stage in (ln for ln in lines if ln.startswith(("first stage", "last stage"))):
+        total, parts = _sums(stage.split("stage")[1])
+        assert total == pytest.approx(sum(parts), abs=0.004), stage
+    need = next(ln for ln in lines if ln.startswith("needs"))
+    assert f"needs {p.required_gb:.3f} GB" in need and "margin" not in need
+    if limit is not None:
+        assert "memory limit (memory_limit_gb) 1 GB" in need
+    elif profile == "cpu":
+        assert "no memory limit" in need
+    else:
+        assert f"GPU memory {cfg.gpu_memory_gb:g} GB" in need

@@ -18,6 +18,9 @@ from labkit.planner.flops import (
 )
 from labkit.planner.grid import rank_grid
 from labkit.planner.memory import (
+    ALLOCATOR_FACTOR,
+    CONTEXT_GB,
+    CPU_CAP_OVERHEAD_GB,
     StageMemory,
     memory_limit_gb,
     required_gb,
@@ -63,21 +66,47 @@ class Plan:
         }
 
     def summary(self) -> str:
-        """A few lines with units, for notebooks."""
+        """A few lines with units, for notebooks: each total with the parts it adds up."""
         c, f, la = self.config, self.first_stage, self.last_stage
         verdict = "fits" if self.fits else "does NOT fit"
         return "\n".join([
             f"layout TP={c.tp} PP={c.pp} DP={c.dp} VPP={c.vpp}, {c.num_microbatches} "
             f"microbatch(es), bubble {self.bubble_fraction:.1%}",
-            f"first stage {f.total:.3f} GB (weights {f.weights:.3f}, grads {f.gradients:.3f}, "
-            f"optimizer {f.optimizer:.3f}, activations {f.activations:.3f}, logits {f.logits:.3f})",
-            f"last stage  {la.total:.3f} GB (weights {la.weights:.3f}, grads {la.gradients:.3f}, "
-            f"optimizer {la.optimizer:.3f}, activations {la.activations:.3f}, "
-            f"logits {la.logits:.3f})",
-            f"needs {self.required_gb:.2f} GB with margin of {self.gpu_memory_gb:g} GB: {verdict}",
+            f"first stage {_parts(f)}",
+            f"last stage  {_parts(la)}",
+            f"needs {self.required_gb:.3f} GB = {_need_terms(c, f, la)}; {_limit_text(c, self)}: "
+            f"{verdict}",
             f"{self.flops_per_iteration / 1e12:,.3f} TFLOP per iteration (model), "
             f"{self.hardware_flops_per_iteration / 1e12:,.3f} with recompute",
         ])
+
+
+def _parts(st: StageMemory) -> str:
+    return (f"{st.total:.3f} GB = weights {st.weights:.3f} + grads {st.gradients:.3f} + optimizer "
+            f"{st.optimizer:.3f} + start-up {st.startup:.3f} + activations {st.activations:.3f} + "
+            f"logits {st.logits:.3f}")
+
+
+def _need_terms(c: RunConfig, *stages: StageMemory) -> str:
+    """The terms of ``required_gb``, as it adds them up."""
+    if c.device == "cpu" and c.memory_limit_gb is not None:
+        later = max(st.optimizer + st.startup + st.activations + st.logits for st in stages)
+        return (f"(optimizer + start-up + activations + logits {later:.3f}) x allocator "
+                f"{ALLOCATOR_FACTOR:.2f} + process overhead {CPU_CAP_OVERHEAD_GB:.2f} (the cap "
+                f"counts from the built model on)")
+    peak = max(st.total for st in stages)
+    terms = f"largest stage {peak:.3f} x allocator {ALLOCATOR_FACTOR:.2f}"
+    if c.device == "cuda" and c.memory_limit_gb is not None and c.memory_limit_gb < c.gpu_memory_gb:
+        return terms
+    return f"{terms} + {'CUDA context' if c.device == 'cuda' else 'runtime'} {CONTEXT_GB[c.device]:.2f}"
+
+
+def _limit_text(c: RunConfig, p: Plan) -> str:
+    if c.memory_limit_gb is not None:
+        return f"the run's memory limit (memory_limit_gb) {p.gpu_memory_gb:g} GB"
+    if c.device == "cpu":
+        return f"no memory limit (memory_limit_gb unset; compared with gpu_memory_gb {p.gpu_memory_gb:g} GB)"
+    return f"GPU memory {p.gpu_memory_gb:g} GB"
 
 
 def plan(cfg: RunConfig) -> Plan:

@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data lab test test-fast jupyter lint gpu-check
+.PHONY: setup data lab test test-fast test-repeat jupyter lint gpu-check
 
 setup: $(STAMP)
 
@@ -31,6 +31,13 @@ test: setup data
 
 test-fast: setup
 	$(PY) -m pytest -m "not slurm and not engine and not notebooks and not browser" $(PYTEST_ARGS)
+
+# The fast tiers N times, each in its own shuffled order, beside HOGS busy processes: names every
+# test that failed even once (benchmarks/README.md, "A suite you can trust").
+N    ?= 20
+HOGS ?= 0
+test-repeat: setup data
+	$(PY) benchmarks/repeat_tests.py --runs $(N) --hogs $(HOGS)
 
 # JupyterLab refuses to run as root unless told; root is what containers, cloud VMs and CI give.
 jupyter: setup data

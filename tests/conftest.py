@@ -12,6 +12,25 @@ REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shuffle", type=int, metavar="SEED", default=None,
+                     help="run the collected tests in an order shuffled with SEED (order "
+                          "dependence shows up as a failure; benchmarks/repeat_tests.py uses it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("--shuffle")
+    if seed is not None:
+        import random
+
+        random.Random(seed).shuffle(items)
+
+
+def pytest_report_header(config):
+    seed = config.getoption("--shuffle")
+    return None if seed is None else f"test order shuffled with seed {seed} (--shuffle {seed})"
+
+
 @pytest.fixture
 def run_root(tmp_path, monkeypatch) -> Path:
     """A private run root (LABKIT_RUN_ROOT) so tests never touch the repo's runs/."""

@@ -182,3 +182,17 @@ def test_diagnosis_from_a_real_log(tmp_path):
     r = xr.check_diagnosis("gpu_oom", failures=failures)
     assert not r and "CUDA out of memory" in r.message and r.value == "cancelled"
     assert "answer with one of" in xr.check_diagnosis("crash", failures=failures).message
+
+
+def test_diagnosis_names_the_first_failure_as_root_cause_and_the_others_as_stopped_by_it():
+    """torchrun's table lists the other failed ranks under "Failures:" and the first one under
+    "Root Cause": only that one is the cause (mmsegmentation issue 3106, a posted log)."""
+    from pathlib import Path
+
+    from labkit.logs import diagnose
+
+    log = Path(__file__).parent / "fixtures/logs/real/torchrun_sigabrt_table_mmsegmentation3106.txt"
+    child = next(f for f in diagnose(log) if f.kind == "child_failed")
+    assert child.rank == 0
+    assert "rank 1 (local_rank: 1) stopped by the root cause" in child.message
+    assert child.message.count("root cause rank") == 1 and "root cause rank 0" in child.message

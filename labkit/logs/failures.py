@@ -226,6 +226,7 @@ class FailureScanner:
         self._tb: dict[tuple, int] = {}     # source -> line where its traceback began
         self._child: Failure | None = None  # the open ChildFailedError record
         self._child_left = 0
+        self._victims = False  # inside the table's "Failures:" part (ranks stopped by the root cause)
         self._prev: Line | None = None
 
     @property
@@ -285,7 +286,7 @@ class FailureScanner:
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError)",
                                            HINTS["child_failed"], key="child"))
-            self._child_left = 40
+            self._child_left, self._victims = 40, False
             return
         m = _ROOT_FIELD.match(text)
         if (self._child_left <= 0 or self._child is None) and m and m.group(1) == "exitcode" \
@@ -294,17 +295,23 @@ class FailureScanner:
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError table)",
                                            HINTS["child_failed"], key="child"))
-            self._child_left = 8
+            self._child_left, self._victims = 8, False
             pm = _ROOT_FIELD.match(prev.text) if prev is not None else None
             if pm and pm.group(1) == "rank" and prev is not None and prev.lineno == line.lineno - 1:
                 self._child_table(prev, prev.text)
         if self._child_left <= 0 or self._child is None:
             return
         self._child_left -= 1
+        if text.strip().startswith(("Failures:", "Other Failures:", "Root Cause")):
+            self._victims = not text.strip().startswith("Root Cause")
         if not m:
             return
         name, value = m.group(1), m.group(2).strip()
         c = self._child
+        if self._victims:  # a rank stopped because another one failed first: not a cause
+            if name == "rank" and "stopped by the root cause" not in c.message:
+                c.message += f"; rank {value} stopped by the root cause"
+            return
         if name == "rank":  # the table's global rank beats whatever prefix the agent line had
             rm = re.match(r"(\d{1,6})", value)
             c.rank = int(rm.group(1)) if rm else c.rank

@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup data lab test test-fast test-repeat jupyter lint gpu-check
+.PHONY: setup data lab test test-fast test-repeat jupyter lint gpu-wheels gpu-check
 
 setup: $(STAMP)
 
@@ -30,7 +30,7 @@ test: setup data
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slurm and not engine and not notebooks and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slurm and not engine and not notebooks and not browser and not users" $(PYTEST_ARGS)
 
 # The fast tiers N times, each in its own shuffled order, beside HOGS busy processes: names every
 # test that failed even once (benchmarks/README.md, "A suite you can trust").
@@ -46,10 +46,47 @@ jupyter: setup data
 lint: setup
 	$(VENV)/bin/ruff check labkit code tests benchmarks
 
-# The GPU check (benchmarks/README.md, "GPU check"): gpu-marked tests, then the GPU benchmark.
-# Stops at once with a clear message where torch sees no CUDA device.
-gpu-check: setup
-	@$(PY) benchmarks/bench_gpu.py --require-cuda
-	$(PY) code/prepare_data.py
-	$(PY) -m pytest -m gpu tests/test_gpu.py $(PYTEST_ARGS)
-	$(PY) benchmarks/bench_gpu.py
+# The GPU check (benchmarks/README.md, "GPU check"), made for a lent GPU machine that reaches no
+# package registry: its own python3 (GPU_PYTHON) holds a CUDA torch; what it lacks travels as
+# wheels. `make gpu-wheels` (where the registry is reachable) downloads them into gpu-wheels/;
+# `make gpu-check` (on the GPU machine) stops at once where torch sees no CUDA device, else
+# builds .venv-gpu over GPU_PYTHON (its packages through a .pth file: --system-site-packages
+# alone does not reach them when GPU_PYTHON is itself a venv), installs the wheels and labkit
+# with --no-index, prepares the data, runs the gpu tests and the benchmark. Everything it
+# measured stays in runs/gpu-check/ (results.json, figures, logs, tracebacks).
+GPU_PYTHON ?= python3
+GPU_VENV   := .venv-gpu
+GPU_PY     := $(GPU_VENV)/bin/python
+GPU_OUT    := runs/gpu-check
+GPU_WHEELS := gpu-wheels
+# What labkit's GPU path imports and the lent image (device KINDS.md, "Python packages already
+# there") lacks; each wheel's Requires-Dist (torch, numpy, packaging) is in the image.
+GPU_WHEEL_PINS := megatron-core==0.16.1 ahocorasick-rs==1.0.3
+GPU_PLATFORMS  := $(foreach n,2_28 2_27 2_24 2_17,--platform manylinux_$(n)_x86_64) \
+                  --platform manylinux2014_x86_64
+GPU_PIP := $(GPU_PYTHON) -m pip --python $(GPU_PY) install --quiet --no-index --no-deps \
+           --no-build-isolation --disable-pip-version-check
+
+gpu-wheels:
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp $(GPU_PLATFORMS) -d $(GPU_WHEELS) $(GPU_WHEEL_PINS)
+	@du -sh $(GPU_WHEELS) && ls $(GPU_WHEELS)
+
+gpu-check:
+	@$(GPU_PYTHON) benchmarks/bench_gpu.py --require-cuda
+	@ls $(GPU_WHEELS)/*.whl >/dev/null || { echo "gpu-check: no wheels in $(GPU_WHEELS)/: run \
+	  make gpu-wheels where the registry is reachable and carry $(GPU_WHEELS)"; exit 2; }
+	rm -rf $(GPU_VENV) $(GPU_OUT) && mkdir -p $(GPU_OUT)
+	$(GPU_PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
+	$(GPU_PYTHON) -c "import sysconfig; print(sysconfig.get_path('purelib')); \
+	  print(sysconfig.get_path('platlib'))" \
+	  > "$$($(GPU_PY) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/gpu-image.pth"
+	$(GPU_PIP) $(GPU_WHEELS)/*.whl
+	$(GPU_PIP) -e .
+	$(GPU_PY) code/prepare_data.py > $(GPU_OUT)/prepare_data.txt 2>&1
+	-PYTHONUNBUFFERED=1 timeout 240 $(GPU_PY) -m pytest -m gpu tests/test_gpu.py -v \
+	  -p no:cacheprovider --junitxml=$(GPU_OUT)/pytest.xml $(PYTEST_ARGS) 2>&1 \
+	  | tee $(GPU_OUT)/pytest.txt
+	PYTHONUNBUFFERED=1 timeout 300 $(GPU_PY) benchmarks/bench_gpu.py --out $(GPU_OUT) \
+	  2>&1 | tee $(GPU_OUT)/bench_gpu.txt

@@ -1,4 +1,4 @@
-"""Run the fast tiers (pure + fake: no mini-cluster, training, notebooks or browser) N times, each
+"""Run the fast tiers (pure + fake: no mini-cluster, training, notebooks, browser or Unix users) N times, each
 in its own shuffled order, optionally under CPU hogs, and name every test that failed even once.
 
     .venv/bin/python benchmarks/repeat_tests.py --runs 20 --hogs 2     # make test-repeat N=20 HOGS=2
@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FAST_TIERS = "not slurm and not engine and not notebooks and not browser and not gpu"
+FAST_TIERS = "not slurm and not engine and not notebooks and not browser and not users and not gpu"
 
 
 def failures(junit: Path) -> list[str]:

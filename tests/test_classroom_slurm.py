@@ -29,7 +29,7 @@ import class_env
 import pytest
 from conftest import REPO, skip_or_fail
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slurm, pytest.mark.users, pytest.mark.timeout(1500)]
 STUDENTS = ["labkit-s1", "labkit-s2", "labkit-s3"]
 NOTEBOOKS = ["01_single_node", "02_multi_node_data_parallel"]
 

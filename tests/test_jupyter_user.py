@@ -25,7 +25,7 @@ import class_env
 import pytest
 from conftest import REPO, skip_or_fail
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.users, pytest.mark.timeout(300)]
 USER = "labkit-jup1"
 
 

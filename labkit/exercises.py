@@ -12,6 +12,7 @@ answer raises ``ExerciseError``, so a broken solution fails the notebook at that
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -61,6 +62,9 @@ class _Fixme:
 
 FIXME = _Fixme()
 STRICT_ENV = "LABKIT_EXERCISES_STRICT"
+ANSWERS_ENV = "LABKIT_EXERCISE_ANSWERS"
+"""A file each check appends its checked value to (one JSON line: name, value); the notebook
+tests read it to search what a student sees before answering for that value."""
 
 
 class ExerciseError(LabkitError, ValueError):
@@ -106,6 +110,9 @@ def _finish(name: str, problems: list[str], ok_message: str, answer: Any = None,
         record(f"exercise.{name}", bool(res.passed))
     except ImportError:
         pass
+    if os.environ.get(ANSWERS_ENV):
+        with open(os.environ[ANSWERS_ENV], "a") as fh:
+            fh.write(json.dumps({"name": name, "value": res.value}, default=str) + "\n")
     print(res)
     if not res.passed and os.environ.get(STRICT_ENV, "") not in ("", "0"):
         raise ExerciseError(str(res))
@@ -247,14 +254,16 @@ def _reference_hybrid(nodes: int, gpus_per_node: int, num_layers: int, num_atten
 
 def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any, *,
                  nodes: int, gpus_per_node: int, num_layers: int, num_attention_heads: int,
-                 want_tp: int | None = None, want_pp: int | None = None) -> CheckResult:
+                 want_tp: int | None = None, want_pp: int | None = None,
+                 min_pp: int = 1) -> CheckResult:
     """A hybrid TP x PP x DP layout for ``nodes`` x ``gpus_per_node`` ranks.
 
     Every rule is checked at once and every number is named; ``want_tp``/``want_pp`` pin the
-    layout the exercise asks for (e.g. TP=2 x PP=2 on 2 nodes).
+    layout the exercise asks for (e.g. TP=2 x PP=2 on 2 nodes); ``min_pp`` asks for a pipeline
+    of at least that many stages and leaves the rest to the student.
     """
     ref = _reference_hybrid(nodes, gpus_per_node, num_layers, num_attention_heads, want_tp,
-                            want_pp)
+                            want_pp or (min_pp if min_pp > 1 else None))
     if (r := _unfilled("hybrid", ref, tp=tp, pp=pp, micro_batch_size=micro_batch_size,
                        global_batch_size=global_batch_size)) is not None:
         return r
@@ -270,6 +279,8 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
         p.append(f"the exercise asks for TP={want_tp}, you have TP={tp}.")
     if want_pp is not None and pp != want_pp:
         p.append(f"the exercise asks for PP={want_pp}, you have PP={pp}.")
+    if pp < min_pp:
+        p.append(f"PP={pp}: the exercise asks for a pipeline of at least {min_pp} stages.")
     if ws % (tp * pp):
         p.append(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide the {ws} ranks "
                  f"({nodes} nodes x {gpus_per_node}).")
@@ -291,9 +302,8 @@ def check_hybrid(tp: Any, pp: Any, micro_batch_size: Any, global_batch_size: Any
         p.append(f"only {m} microbatch(es) for PP={pp} stages: the pipeline never fills; it "
                  f"needs at least one microbatch per stage, each of micro {micro_batch_size} x "
                  f"DP {dp} samples.")
-    m = global_batch_size // (micro_batch_size * dp) if not p else 0
-    return _finish("hybrid", p, f"TP={tp} x PP={pp} x DP={dp} = {ws} ranks; {m} microbatches "
-                   f"of {micro_batch_size}; bubble (PP-1)/m = {(pp - 1) / max(m, 1):.2f}.",
+    return _finish("hybrid", p, f"TP={tp} x PP={pp} x DP={dp} = {ws} ranks, micro batch "
+                   f"{micro_batch_size}, global batch {global_batch_size}: a valid layout.",
                    (tp, pp, micro_batch_size, global_batch_size), ref)
 
 

@@ -158,3 +158,30 @@ def test_check_value_says_too_high_or_too_low_never_the_value(monkeypatch):
     word = ex.check_value("phase", "idle", "compute", hint="the largest bar")
     _assert_hint_hides(word, "compute", what="check_value (a word)")
     assert ex.check_value("speedup", 1.88, 1.87, hint=hint).passed
+
+
+# --- what an executed notebook shows before an answer --------------------------------------------
+def _executed(*cells: tuple[str, str]) -> list[dict]:
+    """Cells as an executed notebook holds them: (source, printed output)."""
+    return [{"cell_type": "code", "source": src, "outputs": [{"name": "stdout", "text": out}]}
+            for src, out in cells]
+
+
+def test_an_answer_printed_before_its_exercise_is_found_and_one_printed_after_is_not():
+    from labkit.exercises_audit import given_away
+
+    answers = [{"name": "bubble", "value": 0.25}, {"name": "num_microbatches", "value": 2}]
+    before = _executed(
+        ("layout = check_hybrid(...)", "Correct (hybrid): TP=2 x PP=2; bubble (PP-1)/m = 0.25."),
+        ("print(cfg.summary())", "batch: global 8 = micro 2 x DP 2 x 2 microbatch(es)"),
+        ("m = 2  # EXERCISE", ""),
+        ("check_num_microbatches(m)", "Correct (num_microbatches): 8 / (2 x 2) = 2 microbatches"),
+        ("bubble = 0.25  # EXERCISE", ""),
+        ("check_bubble(bubble)", "Correct (bubble): (2 - 1) / (4) = 0.250"))
+    found = given_away(before, answers)
+    assert len(found) == 2 and "bubble = 0.25" in found[0] and "cell 0" in found[0], found
+    assert "num_microbatches = 2" in found[1] and "cell 1" in found[1], found
+    after = [before[2], before[3], before[4], before[5], before[1], before[0]]
+    assert given_away(after, answers) == []
+    # a bare 2 is not an answer shown: it needs a word that names it
+    assert given_away(_executed(("gpus_per_node = 2", "2")) + after[:2], answers[1:]) == []

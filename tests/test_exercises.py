@@ -91,7 +91,13 @@ def test_hybrid_rules(args, needle):
 def test_hybrid_right_answer():
     r = ex.check_hybrid(2, 2, 2, 8, nodes=2, gpus_per_node=2, num_layers=4,
                         num_attention_heads=4, want_tp=2, want_pp=2)
-    assert r and "TP=2 x PP=2 x DP=1 = 4 ranks; 4 microbatches" in r.message
+    assert r and "TP=2 x PP=2 x DP=1 = 4 ranks, micro batch 2, global batch 8" in r.message
+    assert "bubble" not in r.message  # the next exercise asks for it
+    flat = ex.check_hybrid(2, 1, 2, 4, nodes=2, gpus_per_node=2, num_layers=4,
+                           num_attention_heads=4, min_pp=2)
+    assert not flat and "at least 2 stages" in flat.message
+    assert ex.check_hybrid(1, 4, 1, 8, nodes=2, gpus_per_node=2, num_layers=4,
+                           num_attention_heads=4, min_pp=2)
 
 
 def test_bubble_scaling_and_max_micro_batch():
@@ -196,3 +202,14 @@ def test_diagnosis_names_the_first_failure_as_root_cause_and_the_others_as_stopp
     assert child.rank == 0
     assert "rank 1 (local_rank: 1) stopped by the root cause" in child.message
     assert child.message.count("root cause rank") == 1 and "root cause rank 0" in child.message
+
+
+def test_each_check_writes_the_value_it_checked_for_the_notebook_tests(tmp_path, monkeypatch):
+    from labkit.exercises_audit import read_answers
+
+    log = tmp_path / "answers.jsonl"
+    monkeypatch.setenv(ex.ANSWERS_ENV, str(log))
+    ex.check_bubble(FIXME, pp=2, num_microbatches=8)
+    ex.check_num_microbatches(2, global_batch_size=8, micro_batch_size=2, dp=2)
+    assert read_answers(log) == [{"name": "bubble", "value": 0.125},
+                                 {"name": "num_microbatches", "value": 2}]

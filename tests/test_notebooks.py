@@ -22,6 +22,8 @@ import papermill as pm
 import pytest
 
 from labkit import regress
+from labkit.exercises import ANSWERS_ENV
+from labkit.exercises_audit import given_away, read_answers
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
@@ -127,6 +129,15 @@ def test_solved_notebook_runs(path, series_env):
     if shutil.which("bash") is None:
         pytest.fail("bash is needed by the launch scripts")
     backend, out = series_env
-    r = regress.run_notebook(path, out, {"profile": "cpu", "backend": backend})
+    answers = out / f"{path.stem}.answers.jsonl"
+    answers.unlink(missing_ok=True)
+    os.environ[ANSWERS_ENV] = str(answers)  # the kernel inherits it: each check writes its value
+    try:
+        r = regress.run_notebook(path, out, {"profile": "cpu", "backend": backend})
+    finally:
+        os.environ.pop(ANSWERS_ENV, None)
     assert r.ok, r.error  # names the notebook, the cell and the error
     assert not [k for k, v in r.metrics.items() if k.startswith("exercise.") and v is not True]
+    # Every exercise's answer is nowhere before it, in the sources or in what the cells printed.
+    shown = given_away(nbformat.read(r.output, as_version=4).cells, read_answers(answers))
+    assert not shown, "\n".join(shown)

@@ -8,9 +8,15 @@ process printed, plus the rank the wrapper told us about:
     torch >= 2.2 logging  ``[rank3]:text``
     srun --label          `` 3: text``
     pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
+    NCCL                  ``node12:4242:4300 text``, ``1000123:4242:4300`` (host:pid:tid, any host)
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank)
+    harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
+    loggers               time stamps, ``[INFO]``, ``ERROR:root:``, `` - root - INFO - ``, glog,
+                          nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``
 
-Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. Reading is
+Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. A Megatron time
+stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
+text: ``^[[32m``, ``[0m``) and a progress bar a message was printed onto are dropped. Reading is
 streaming: a file is iterated line by line in binary and never held whole.
 """
 
@@ -24,14 +30,35 @@ from pathlib import Path
 
 # ANSI CSI sequences (colours, cursor moves) and the two-character escapes. Linear: no nesting.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Colour codes whose ESC was lost or spelt out when the log was copied: ``^[[32m``, ``\033[0m``,
+# ``\x1b[1;31m``, or a bare ``[0m`` / ``[1;32m`` (digits and ``;`` only, ending in ``m``).
+_ANSI_TEXT = re.compile(r"(?:\^\[|\\033|\\x1[bB]|\\e|\\u001[bB])\[[0-9;?]{0,16}[A-Za-z]"
+                        r"|\[(?:\d{1,3};){0,4}\d{1,3}m")
+# A progress bar (tqdm) another message was printed onto: `` 45%|####  | 9/20 [00:03<00:04, 2.5it/s]``
+_BAR = re.compile(r"\s{0,8}\d{1,3}%\|[^|\n]{0,200}\|\s{0,4}\d{1,12}/\d{1,12}\s{0,4}\[[^\]\n]{0,100}\]")
+_TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d:\d\d(?:[.,:]\d{1,9})?"
+       r"(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?")
+_LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)"
 # One prefix at the start of a line; each alternative is bounded, so no backtracking blow-up.
 _PREFIX = re.compile(
-    r"(?:\[rank(?P<r2>\d{1,6})\]: ?"                            # [rank3]:
+    r"(?:\[rank ?(?P<r2>\d{1,6})\]:? ?"                          # [rank3]: (torch), [rank 3] (picotron)
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
-    r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>:"           # Open MPI [1,4]<stdout>:
+    r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>: ?"         # Open MPI [1,4]<stdout>:
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
-    r"|\s{0,8}(?P<host>[a-z][a-z0-9-]{0,40}\d[a-z0-9.-]{0,40}"  # pdsh: lowercase host with a digit
-    r"|\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}): )"                  # ... or an IPv4 address
+    r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
+    r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
+    r"|\s{0,8}(?P<host>[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
+    r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"            # digit, IPv4, all digits,
+    r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
+    r"(?::\d{1,9}:\d{1,9} |: )"
+    r"|(?>\s{0,4}\[?" + _TS + r"\]?)(?!\s{0,4}iteration)[ \t:|-]{0,4}"  # a time stamp (not Megatron's)
+    r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} [\w.-]{1,80}:\d{1,7}\] "  # glog
+    r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
+    r"|\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| ?[-:|]? )"          # [INFO] , INFO: , ERROR:root:
+    r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
+    r"|\[titan\] "                                              # torchtitan's logger name
+    r")"
 )
 # The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
 _NOT_ROLES = frozenset({"Rank", "E", "W", "I"})
@@ -48,10 +75,10 @@ class Line:
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
-    """Remove launcher prefixes; return (text, rank or None, host or None)."""
+    """Remove launcher, logger and time-stamp prefixes; return (text, rank or None, host or None)."""
     rank: int | None = None
     host: str | None = None
-    for _ in range(4):  # prefixes nest at most a few deep
+    for _ in range(8):  # prefixes nest a few deep (srun label, host:pid:tid, time stamp, level)
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
             break
@@ -62,7 +89,7 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
                 rank = int(m.group(g))
                 break
         else:
-            host = m.group("host")
+            host = m.group("host") or m.group("pod") or host
         text = text[m.end():]
     return text, rank, host
 
@@ -78,6 +105,10 @@ def clean_text(raw: str) -> str:
         raw = parts[-1] if parts else ""
     if "&" in raw and ";" in raw:
         raw = html.unescape(raw)  # logs copied out of web pages / notebooks (&quot; &#39; &gt;)
+    if "[" in raw and "m" in raw:
+        raw = _ANSI_TEXT.sub("", raw)  # colour codes copied as text
+    if "%|" in raw:
+        raw = _BAR.sub("", raw)  # a message printed onto a progress bar keeps only the message
     return raw
 
 

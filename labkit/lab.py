@@ -6,6 +6,7 @@
     wait_for_iteration(job, n)         block until the log shows iteration n (kill-and-resume)
     run_allreduce_bench(cfg, ...)      code/allreduce_bench.py on the run's nodes -> DataFrame
     steady_median(df, column)          a median that leaves out the warm-up iterations
+    shown(path_or_text)                paths as a notebook prints them: relative, not this machine's
     throughput(df, gpu_model=...)      tokens/s (per device), model TFLOP/s and MFU per run
 """
 
@@ -146,6 +147,20 @@ def wait_for_iteration(job: Any, iteration: int, *, timeout: float = 600.0,
             raise LabkitError(f"job {job.job_id} shows iteration {last} after {timeout:.0f} s, "
                               f"waiting for {iteration}; see {job.log_path}")
         time.sleep(poll_s)
+
+
+def shown(what: str | Path) -> str:
+    """A path, or a text holding paths, as a notebook prints it: the run root and the
+    repository written relatively (``runs/nb01_dp/...``, ``code/pretrain_gpt.py``); a run root
+    outside the repository as ``$LABKIT_RUN_ROOT``. What the path means stays readable, where
+    this machine keeps it does not leak into a shared notebook."""
+    from labkit.paths import REPO_ROOT
+
+    text = str(what)
+    root, repo = str(run_root()), str(REPO_ROOT.resolve())
+    if not root.startswith(repo + "/"):
+        text = text.replace(root, "$LABKIT_RUN_ROOT")
+    return text.replace(repo + "/", "").replace(repo, ".")
 
 
 def steady_median(df: pd.DataFrame, column: str = "elapsed_ms", skip: int = 1) -> float:

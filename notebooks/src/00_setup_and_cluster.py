@@ -37,10 +37,11 @@ versions()
 
 # %%
 from labkit.doctor import render_table, run_doctor as doctor
+from labkit.lab import shown
 
 if run_doctor:
     results = doctor(cluster, backend=backend, timeout_s=60)
-    print(render_table(results))
+    print(shown(render_table(results)))  # paths relative to the repository
 
 # %% [markdown]
 # ## 2 The cluster
@@ -108,7 +109,7 @@ print(tok.decode(ds[0][:60].tolist()))
 # the tensor-parallel (TP) group shares every layer, the pipeline-parallel (PP) group passes
 # activations from stage to stage, the data-parallel (DP) group averages gradients.
 #
-# **Exercise 4.1**: the parameters cell above describes this series' job (`nodes`,
+# **Exercise 00.1**: the parameters cell above describes this series' job (`nodes`,
 # `gpus_per_node`). How many ranks does it have? Write a Python expression of the parameters, so
 # that your answer stays right when papermill changes them.
 

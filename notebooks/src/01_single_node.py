@@ -38,12 +38,15 @@ from labkit.config import RunConfig
 
 cfg = RunConfig.for_profile(profile, cluster=cluster, name=run_name, backend=backend,
                             nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
-print(cfg.summary())
+print(f"global batch {cfg.global_batch_size} samples per iteration, micro batch "
+      f"{cfg.micro_batch_size} samples, {cfg.dp} data-parallel rank(s)")
 
 # %% [markdown]
-# **Exercise 1.1**: with data parallelism every rank processes `micro_batch_size` samples at a
-# time, and gradients are accumulated until the global batch is complete. How many microbatches
-# does each rank run per iteration?
+# **Exercise 01.1** (predict, then read): with data parallelism every rank processes
+# `micro_batch_size` samples at a time, and gradients are accumulated until the global batch is
+# complete. How many microbatches does each rank run per iteration? Answer from the three
+# numbers just printed (`cfg.global_batch_size`, `cfg.micro_batch_size`, `cfg.dp`); the config's
+# own summary comes after your answer.
 
 # %%
 from labkit.exercises import FIXME, check_num_microbatches
@@ -51,6 +54,12 @@ from labkit.exercises import FIXME, check_num_microbatches
 num_microbatches = cfg.global_batch_size // (cfg.micro_batch_size * cfg.dp)  # EXERCISE
 check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size,
                        micro_batch_size=cfg.micro_batch_size, dp=cfg.dp)
+
+# %% [markdown]
+# What the config derives, once, with units (your answer is its `batch:` line):
+
+# %%
+print(cfg.summary())
 
 # %% [markdown]
 # ## 2 Render and read the job script
@@ -63,14 +72,15 @@ check_num_microbatches(num_microbatches, global_batch_size=cfg.global_batch_size
 # in (`run_dir_of`: on a shared site, your own run root).
 
 # %%
-from labkit.lab import run_dir_of
+from labkit.lab import run_dir_of, shown
 from labkit.site import resolve_cluster
 from labkit.render import render_local, render_sbatch
 
 if backend == "slurm":
-    print(render_sbatch(cfg, resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster)))
+    script = render_sbatch(cfg, resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster))
 else:
-    print(render_local(cfg, run_dir_of(cfg, cluster=cluster)))
+    script = render_local(cfg, run_dir_of(cfg, cluster=cluster))
+print(shown(script))  # paths relative to the repository (the script itself has them in full)
 
 # %% [markdown]
 # ## 3 Submit and wait
@@ -79,10 +89,10 @@ else:
 # very same run already finished, it is reused instead of trained again.)
 
 # %%
-from labkit.lab import launch
+from labkit.lab import launch, shown
 
 job = launch(cfg, cluster=cluster)
-print(job.state(), job.run_dir)
+print(job.state(), shown(job.run_dir))
 assert job.state() == "COMPLETED", job.tail(30)
 
 # %% [markdown]

@@ -50,28 +50,50 @@ print(two.summary())
 # run directory `launch` submits in (`run_dir_of`).
 
 # %%
-from labkit.lab import run_dir_of
+from labkit.lab import run_dir_of, shown
 from labkit.site import resolve_cluster
 from labkit.render import render_sbatch
 
 script = render_sbatch(two, resolve_cluster(cluster), run_dir_of(two, cluster=cluster))
-print("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "srun", "  "))))
+print(shown("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "srun", "  ")))))
 
 # %% [markdown]
-# ## 3 Run both
+# ## 3 One node first
+#
+# The 1-node run (notebook 01's, reused when it exists) gives your baseline: its median
+# iteration time `t1`.
 
 # %%
-from labkit.lab import launch
+from labkit.lab import launch, steady_median
+from labkit.logs import load_runs
 
 job1 = launch(one, cluster=cluster)
-job2 = launch(two, cluster=cluster)
 assert job1.state() == "COMPLETED", job1.tail(30)
-assert job2.state() == "COMPLETED", job2.tail(30)
+t1 = steady_median(load_runs([job1.run_dir]))
+print(f"1 node ({one.world_size} ranks): median {t1:.1f} ms per iteration")
 
 # %% [markdown]
-# ## 4 The world-size line
+# **Exercise 02.1** (predict): the 2-node run gives every rank the same work as the 1-node run
+# (the global batch grew with the ranks). Before you run it: with perfect weak scaling, how many
+# times the 1-node iteration time would the 2-node iteration take? (0.5 = half as long, 1 = as
+# long, 2 = twice as long.)
 
 # %%
+from labkit.exercises import FIXME, check_value
+
+ideal_factor = 1  # EXERCISE: the ideal 2-node time as a multiple of the 1-node time
+ideal = check_value("ideal_factor", ideal_factor, 1.0, rel_tol=0.01,
+                    hint="In weak scaling each rank's work is the same on 1 and on 2 nodes, "
+                         "and the ranks work at the same time; ideally nothing else takes time.")
+ideal_t2 = ideal.value * t1
+print(f"ideal 2-node time: {ideal_t2:.1f} ms per iteration")
+
+# %% [markdown]
+# ## 4 Two nodes, and the world-size line
+
+# %%
+job2 = launch(two, cluster=cluster)
+assert job2.state() == "COMPLETED", job2.tail(30)
 print([ln for ln in job2.tail(400).splitlines() if "using world size" in ln][0])
 
 # %% [markdown]
@@ -80,17 +102,11 @@ print([ln for ln in job2.tail(400).splitlines() if "using world size" in ln][0])
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.logs import load_runs
 from labkit.plots import plot_iteration_time
 
 df = load_runs([job1.run_dir, job2.run_dir])
 plot_iteration_time(df, by="name")
 plt.show()
-
-# %%
-from labkit.lab import steady_median
-
-t1 = steady_median(df[df["name"] == one.name])
 t2 = steady_median(df[df["name"] == two.name])
 print(f"median iteration time: 1 node {t1:.1f} ms, {nodes} nodes {t2:.1f} ms")
 
@@ -106,15 +122,15 @@ from labkit.lab import throughput
 throughput(df, gpu_model=gpu_model)
 
 # %% [markdown]
-# **Exercise 5.1**: the scaling efficiency says which share of the ideal the larger job reached:
-# 1.0 is ideal, 0.5 means it took twice as long as ideal. Work it out from your two measured
-# iteration times `t1` and `t2` (this is weak scaling: what would the ideal 2-node time be?).
+# **Exercise 02.2**: the scaling efficiency says which share of the ideal the larger job reached:
+# 1.0 is ideal, 0.5 means it took twice as long as ideal. Work it out from your ideal time
+# `ideal_t2` (exercise 02.1) and the 2-node time `t2` you measured.
 
 # %%
-from labkit.exercises import FIXME, check_scaling_efficiency
+from labkit.exercises import check_scaling_efficiency
 
-efficiency = t1 / t2  # EXERCISE: from t1 and t2
-check_scaling_efficiency(efficiency, time_1=t1, time_n=t2, n=nodes)
+efficiency = ideal_t2 / t2  # EXERCISE: from ideal_t2 and t2
+eff = check_scaling_efficiency(efficiency, time_1=t1, time_n=t2, n=nodes)
 
 # %%
 from labkit.logs import parse_run
@@ -122,7 +138,7 @@ from labkit.record import record, record_run
 
 r2 = parse_run(job2.run_dir)
 record_run("dp_2nodes", r2.iterations, r2.memory)
-record("weak_scaling_efficiency", t1 / t2)
+record("weak_scaling_efficiency", eff.value)
 
 # %% [markdown]
 # ## 6 What your numbers say
@@ -144,7 +160,7 @@ from labkit.site import resolve_cluster
 
 print(f"1 node ({one.world_size} ranks): {t1:.1f} ms per iteration; {nodes} nodes "
       f"({two.world_size} ranks): {t2:.1f} ms, {t2 / t1:.2f}x; weak-scaling efficiency "
-      f"{t1 / t2:.0%}.")
+      f"{eff.value:.0%}.")
 cores = os.cpu_count()
 if t2 > 1.05 * t1:
     seen = "The slowdown you see"

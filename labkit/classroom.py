@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit import slurmcli
+from labkit._logging import warn_once
 from labkit.backends import Job, get_job, job_states, list_jobs
 from labkit.backends.job import JOB_FILE, JobState
 from labkit.backends.ownership import verify_owned
 from labkit.errors import LabkitError
 from labkit.paths import run_root
 from labkit.site import ClusterProfile, current_user, resolve_cluster
+from labkit.slurmcli import SlurmError
 
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 _NOTEBOOK_RE = re.compile(r"^nb(\d\d)_")
@@ -205,7 +208,8 @@ def _class_states(jobs: list[Job]) -> dict[str, JobState]:
     out = job_states([j for j in jobs if j.backend != "slurm"])
     tables = {conf: _squeue_all(conf) for conf in {j.info.get("slurm_conf") for j in slurm}}
     for j in slurm:
-        rec = tables[j.info.get("slurm_conf")].get(j.job_id)
+        table = tables[j.info.get("slurm_conf")]
+        rec = table.get(j.job_id) if table is not None else None
         uid = _owner_uid(j.run_dir)
         if rec is not None and rec[1] == job_name(j) and rec[2] == uid:
             out[j.job_id] = _slurm_map(rec[0])
@@ -216,16 +220,14 @@ def _class_states(jobs: list[Job]) -> dict[str, JobState]:
     return out
 
 
-def _squeue_all(conf: str | None) -> dict[str, tuple[str, str, int]]:
-    from labkit.backends.slurm import run_cmd
-
-    p = run_cmd(["squeue", "--noheader", "-t", "all", "-o", "%i|%T|%j|%U"], slurm_conf=conf)
-    out = {}
-    for line in p.stdout.splitlines() if p.returncode == 0 else []:
-        parts = line.strip().split("|")
-        if len(parts) == 4 and parts[3].isdigit():
-            out[parts[0]] = (parts[1], parts[2], int(parts[3]))
-    return out
+def _squeue_all(conf: str | None) -> dict[str, tuple[str, str, int]] | None:
+    """Every user's jobs; None (and a warning) when squeue fails: exit_code files then tell."""
+    try:
+        return slurmcli.all_jobs(conf)
+    except SlurmError as e:
+        warn_once(f"Slurm does not answer (squeue exit {e.returncode}: {e.first_line}); showing "
+                  f"what the runs' own exit_code files say, UNKNOWN where there is none")
+        return None
 
 
 def _slurm_map(state: str) -> JobState:
@@ -247,17 +249,23 @@ def _class_cancel(job: Job) -> None:
     if job.backend != "slurm":
         job.cancel()
         return
-    from labkit.backends.slurm import job_name, run_cmd
+    from labkit.backends.slurm import job_name
 
     conf = job.info.get("slurm_conf")
-    rec = _squeue_all(conf).get(job.job_id)
+    try:
+        rec = slurmcli.all_jobs(conf).get(job.job_id)
+    except SlurmError as e:
+        raise LabkitError(f"cannot cancel Slurm job {job.job_id} (run {job.name!r} of "
+                          f"{owner(job.run_dir)}): squeue does not answer (exit {e.returncode}: "
+                          f"{e.first_line}); try again when `squeue` answers") from None
     if rec is None or rec[1] != job_name(job) or rec[2] != _owner_uid(job.run_dir):
         raise LabkitError(f"Slurm job {job.job_id} is not run {job.name!r} of "
                           f"{owner(job.run_dir)} any more; left alone")
-    p = run_cmd(["scancel", job.job_id], slurm_conf=conf)
-    if p.returncode:
-        raise LabkitError(f"scancel {job.job_id} failed (exit {p.returncode}): "
-                          f"{(p.stderr or p.stdout).strip()}")
+    try:
+        slurmcli.scancel(conf, job.job_id)
+    except SlurmError as e:
+        raise LabkitError(f"scancel {job.job_id} failed (exit {e.returncode}): "
+                          f"{e.message}") from None
 
 
 def _all_jobs(cluster: ClusterProfile | str | Path | None) -> list[tuple[str, Job]]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from labkit import minicluster_ssh
+from labkit import minicluster_ssh, slurmcli
 from labkit._logging import log
 from labkit.errors import LabkitError
 from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, default_torchrun
@@ -59,10 +59,6 @@ def _sh(*cmd: str, check: bool = True, env: dict | None = None) -> subprocess.Co
         raise ClusterError(f"`{' '.join(cmd)}` failed (exit {p.returncode}): "
                            f"{(p.stderr or p.stdout).strip()}")
     return p
-
-
-def _slurm_env() -> dict[str, str]:
-    return {**os.environ, "SLURM_CONF": str(SLURM_CONF)}
 
 
 def node_names(n: int) -> list[str]:
@@ -369,10 +365,6 @@ def cluster_status() -> dict:
         return out
     out["profiles"] = {kind: str(path) for kind, path in
                        (("slurm", MINICLUSTER_SITE), ("hostfile", HOSTFILE_SITE)) if path.exists()}
-    p = _sh("sinfo", "-N", "-h", "-o", "%N|%o|%t|%c", check=False, env=_slurm_env())
-    for line in p.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 4:
-            out["nodes"].append({"name": parts[0], "addr": parts[1], "state": parts[2],
-                                 "cpus": int(parts[3]) if parts[3].isdigit() else None})
+    out["nodes"] = [{"name": n, "addr": a, "state": t, "cpus": c}
+                    for n, a, t, c in slurmcli.node_addresses(str(SLURM_CONF))]
     return out

@@ -136,7 +136,7 @@ def dry_run(stem: str, monkeypatch, **params: Any) -> DryRun:
         raise AssertionError("the dry run submitted to the local backend")
 
     monkeypatch.setattr(labkit.backends, "submit", dry_submit)
-    monkeypatch.setattr(labkit.backends.slurm, "run_cmd", no_slurm)
+    monkeypatch.setattr(labkit.slurmcli, "run", no_slurm)
     monkeypatch.setattr(labkit.backends.local, "submit", no_local)
     monkeypatch.setenv("LABKIT_EXERCISES_STRICT", "1")  # a wrong answer raises
     monkeypatch.setenv("MPLBACKEND", "Agg")

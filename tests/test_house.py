@@ -99,6 +99,42 @@ def test_no_import_cycle_among_labkit_modules():
     assert cyc is None, "import cycle: " + " -> ".join(cyc)
 
 
+SLURM_COMMANDS = {"sbatch", "squeue", "scontrol", "sinfo", "scancel", "sacct"}
+SLURM_CLIENT = PKG / "slurmcli.py"
+
+
+def _slurm_processes(src: str) -> list[int]:
+    """Lines that start a Slurm command: an argv list or tuple whose first item is one
+    (``["squeue", ...]``), or a call whose first argument names one (``run("sinfo", ...)``,
+    ``subprocess.run("squeue -u x", shell=True)``); ``shutil.which`` only looks."""
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        first = None
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            first = node.elts[0]
+        elif (isinstance(node, ast.Call) and node.args
+              and getattr(node.func, "attr", getattr(node.func, "id", "")) != "which"):
+            first = node.args[0]
+        if (isinstance(first, ast.Constant) and isinstance(first.value, str)
+                and first.value.split(" ", 1)[0] in SLURM_COMMANDS):
+            out.append(node.lineno)
+    return sorted(set(out))
+
+
+def test_the_slurm_scan_finds_a_slurm_process():
+    assert _slurm_processes('subprocess.run(["squeue", "-h"])\nrun(("sinfo",))\n'
+                            'os.system("scancel 12")\n_sh("sacct", "-n")\n') == [1, 2, 3, 4]
+    assert _slurm_processes('shutil.which("sbatch")\nx = ["srun", "sinfo"]\n') == []
+
+
+def test_only_the_slurm_client_runs_slurm_commands():
+    offenders = [f"{p.relative_to(REPO)}:{n}" for p in sorted(PKG.rglob("*.py"))
+                 if p != SLURM_CLIENT for n in _slurm_processes(p.read_text())]
+    assert _slurm_processes(SLURM_CLIENT.read_text()), "the scan must see the client's commands"
+    assert not offenders, ("Slurm commands run outside labkit/slurmcli.py (ask the client "
+                           "instead):\n" + "\n".join(offenders))
+
+
 @pytest.mark.parametrize("path", sorted(
     [p for p in PKG.rglob("*.py")] + [p for p in (REPO / "code").glob("*.py")]),
     ids=lambda p: str(p.relative_to(REPO)))

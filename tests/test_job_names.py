@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import classroom
+from labkit import classroom, slurmcli
 from labkit.backends import JobState, get_job, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.config import RunConfig
@@ -47,8 +47,8 @@ class _Sbatch:
 @pytest.fixture
 def sbatch(monkeypatch):
     fake = _Sbatch()
-    monkeypatch.setattr(slurm_backend, "run_cmd", fake)
-    monkeypatch.setattr(slurm_backend, "controller_down", lambda conf, timeout=1.0: None)
+    monkeypatch.setattr(slurmcli, "run", fake)
+    monkeypatch.setattr(slurmcli, "controller_down", lambda conf, timeout=1.0: None)
     slurm_backend._poll_cache.clear()
     yield fake
     slurm_backend._poll_cache.clear()
@@ -79,14 +79,14 @@ def test_a_record_from_before_user_names_still_matches_its_bare_name(sbatch, run
     assert get_job("old").state() is JobState.PENDING
 
 
-def test_the_instructors_view_matches_the_records_name_and_owner(sbatch, run_root, monkeypatch):
+def test_the_instructors_view_matches_the_records_name_and_owner(sbatch, run_root):
     job = submit(RunConfig(name="nb01_dp"), backend="slurm", cluster=SITE)
-    name = slurm_job_name("nb01_dp")
-    monkeypatch.setattr(classroom, "_squeue_all", lambda conf: {"77": ("RUNNING", name,
-                                                                       job.run_dir.stat().st_uid)})
+    uid = job.run_dir.stat().st_uid
+    sbatch.queue = f"77|RUNNING|{uid}|{slurm_job_name('nb01_dp')}\n"  # squeue -o %i|%T|%U|%j
     assert classroom._class_states([job])["77"] is JobState.RUNNING
-    monkeypatch.setattr(classroom, "_squeue_all", lambda conf: {"77": ("RUNNING", "nb01_dp",
-                                                                       job.run_dir.stat().st_uid)})
+    sbatch.queue = f"77|RUNNING|{uid}|nb01_dp\n"
+    assert classroom._class_states([job])["77"] is JobState.UNKNOWN
+    sbatch.queue = f"77|RUNNING|{uid + 1}|{slurm_job_name('nb01_dp')}\n"  # another user's job
     assert classroom._class_states([job])["77"] is JobState.UNKNOWN
 
 
@@ -96,7 +96,7 @@ def test_squeue_shows_whose_job_and_labkit_still_finds_and_cancels_it(slurm_clus
                     extra={"sleep": 300, "iters": 300})
     job = submit(cfg, backend="slurm", cluster=slurm_cluster, program=PROGRAM)
     try:
-        q = slurm_backend.run_cmd(["squeue", "--noheader", "-j", job.job_id, "-o", "%j|%u"],
+        q = slurmcli.run(["squeue", "--noheader", "-j", job.job_id, "-o", "%j|%u"],
                                   slurm_conf=slurm_cluster.slurm_conf)
         assert q.stdout.strip() == f"labkit-{current_user()}-jn_sleep|{current_user()}", q
         end = time.time() + 120
@@ -106,4 +106,4 @@ def test_squeue_shows_whose_job_and_labkit_still_finds_and_cancels_it(slurm_clus
         assert get_job("jn_sleep").cancel()
         assert job.wait(timeout=60, progress=False) is JobState.CANCELLED
     finally:
-        slurm_backend.run_cmd(["scancel", job.job_id], slurm_conf=slurm_cluster.slurm_conf)
+        slurmcli.run(["scancel", job.job_id], slurm_conf=slurm_cluster.slurm_conf)

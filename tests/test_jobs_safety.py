@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import skip_or_fail
 
+from labkit import slurmcli
 from labkit.backends import Job, JobState, get_job, list_jobs, submit
 from labkit.backends import local as local_backend
-from labkit.backends import slurm as slurm_backend
 from labkit.backends.ownership import NotOwnedError
 from labkit.cli import main as cli
 from labkit.config import RunConfig
@@ -150,7 +150,7 @@ def test_failed_submission_leaves_everything_as_it_was(run_root, monkeypatch):
         return subprocess.CompletedProcess(cmd, 1, "", "sbatch: error: Batch job submission "
                                            "failed: Unable to contact slurm controller")
 
-    monkeypatch.setattr(slurm_backend, "run_cmd", no_controller)
+    monkeypatch.setattr(slurmcli, "run", no_controller)
     site = ClusterProfile()
     for kw in ({"overwrite": True}, {"resume": True}):
         with pytest.raises(SubmissionError, match="slurmctld is not answering"):

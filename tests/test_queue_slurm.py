@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from labkit import slurmcli
 from labkit.backends import JobState, submit
-from labkit.backends import slurm as slurm_backend
 from labkit.config import RunConfig
 from labkit.widgets import job_snapshot
 
@@ -27,7 +27,7 @@ PLACE = re.compile(r"^PENDING \((?P<reason>[^,]+), (?P<n>\d+)(st|nd|rd|th) of (?
 
 
 def _squeue(conf: str, *args: str) -> str:
-    p = slurm_backend.run_cmd(["squeue", "--noheader", *args], slurm_conf=conf)
+    p = slurmcli.run(["squeue", "--noheader", *args], slurm_conf=conf)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip()
 
@@ -44,7 +44,7 @@ def _until(check, timeout: float = 120.0):
 
 def test_a_pending_job_shows_slurms_reason_and_its_place_in_the_queue(slurm_cluster, run_root):
     conf = slurm_cluster.slurm_conf
-    p = slurm_backend.run_cmd(["sbatch", "--parsable", "-J", "fill_both_nodes", "-N", "2",
+    p = slurmcli.run(["sbatch", "--parsable", "-J", "fill_both_nodes", "-N", "2",
                                "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"],
                               slurm_conf=conf)
     assert p.returncode == 0, p.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit import slurmcli
 from labkit.backends import JobState, get_job, list_jobs, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.cli import main as cli
@@ -99,7 +100,7 @@ def test_jobs_that_do_not_fit_together_queue(slurm_cluster, run_root):
 
 def test_foreign_job_is_left_alone(slurm_cluster, run_root, capsys):
     conf = slurm_cluster.slurm_conf
-    p = slurm_backend.run_cmd(["sbatch", "--parsable", "-J", "not_labkit", "-N", "1",
+    p = slurmcli.run(["sbatch", "--parsable", "-J", "not_labkit", "-N", "1",
                                "--cpus-per-task=1", "-o", "/dev/null", "--wrap", "sleep 120"],
                               slurm_conf=conf)
     assert p.returncode == 0, p.stderr
@@ -119,7 +120,7 @@ def test_foreign_job_is_left_alone(slurm_cluster, run_root, capsys):
         with pytest.raises(LabkitError, match="left it alone"):
             slurm_backend.cancel(forged)
         assert ours.wait(timeout=180, progress=False) is JobState.COMPLETED
-        q = slurm_backend.run_cmd(["squeue", "--noheader", "-j", foreign, "-o", "%T"],
+        q = slurmcli.run(["squeue", "--noheader", "-j", foreign, "-o", "%T"],
                                   slurm_conf=conf)
         assert q.stdout.strip() in ("RUNNING", "PENDING"), q
     finally:

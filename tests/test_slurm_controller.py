@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.backends import slurm as slurm_backend
+from labkit import slurmcli
 from labkit.backends.job import Job
 
 
@@ -43,10 +43,10 @@ def _conf_copy(src: Path, dst: Path, port: int) -> Path:
 @pytest.mark.slurm
 def test_probe_of_the_real_controller(slurm_cluster, tmp_path, dead_port):
     conf = Path(slurm_cluster.slurm_conf)
-    assert slurm_backend.controllers(str(conf))  # the mini-cluster's file names its controller
-    assert slurm_backend.controller_down(str(conf)) is None  # and slurmctld accepts connections
+    assert slurmcli.controllers(str(conf))  # the mini-cluster's file names its controller
+    assert slurmcli.controller_down(str(conf)) is None  # and slurmctld accepts connections
     bad = _conf_copy(conf, tmp_path / "slurm.conf", dead_port)
-    assert slurm_backend.controller_down(str(bad)) == f"127.0.0.1:{dead_port}"
+    assert slurmcli.controller_down(str(bad)) == f"127.0.0.1:{dead_port}"
 
 
 def test_status_names_a_dead_controller_and_answers_from_the_records(tmp_path, dead_port):

@@ -1,6 +1,7 @@
 """What a real Slurm cannot produce on demand: sbatch refusing, squeue unreachable, no sbatch.
 
-``FakeSlurm`` replaces ``labkit.backends.slurm.run_cmd``, the one door to Slurm's commands; it
+``FakeSlurm`` replaces ``labkit.slurmcli.run``, the one door to Slurm's commands, for every
+caller: the Slurm backend, the job monitor's queue line, the class view and the doctor. It
 answers with the text Slurm 22.05 prints and rejects any command it does not know.
 """
 
@@ -11,6 +12,7 @@ import subprocess
 
 import pytest
 
+from labkit import slurmcli
 from labkit.backends import Job, JobSpec, JobState, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.backends.slurm import SLURM_STATES, _map
@@ -26,37 +28,62 @@ def queued(run: str, state: str = "RUNNING") -> str:
     return f"4242|{state}|{slurm_job_name(run)}\n"
 
 
+UNREACHABLE = "Unable to contact slurm controller (connect failure)\n"
+
+
 class FakeSlurm:
+    """Slurm's commands as labkit calls them. ``squeue_out`` is squeue's text, or a dict of
+    texts by output format (``-o``); ``sinfo_out`` is ``sinfo -o %P|%a|%D|%T|%G``'s,
+    ``nodes_out`` ``sinfo -N``'s, ``partition_out`` ``scontrol -o show partition``'s. An exit
+    code other than 0 answers with what Slurm says when its controller is unreachable (or
+    ``squeue_err``; 127: the command is not installed)."""
+
     def __init__(self, *, sbatch_rc: int = 0, sbatch_err: str = "", squeue_rc: int = 0,
-                 squeue_out: str = "", scontrol_rc: int = 1, scontrol_out: str = "",
-                 version_rc: int = 0):
+                 squeue_out: str | dict[str, str] = "", squeue_err: str = "", scontrol_rc: int = 1,
+                 scontrol_out: str = "", version_rc: int = 0, sinfo_rc: int = 0,
+                 sinfo_out: str = "", nodes_out: str = "", partition_out: str = "",
+                 sacct_rc: int = 1, scancel_rc: int = 0):
         self.calls: list[list[str]] = []
         self.sbatch_rc, self.sbatch_err, self.version_rc = sbatch_rc, sbatch_err, version_rc
-        self.squeue_rc, self.squeue_out = squeue_rc, squeue_out
+        self.squeue_rc, self.squeue_out, self.squeue_err = squeue_rc, squeue_out, squeue_err
         self.scontrol_rc, self.scontrol_out = scontrol_rc, scontrol_out
+        self.sinfo_rc, self.sinfo_out, self.nodes_out = sinfo_rc, sinfo_out, nodes_out
+        self.partition_out, self.sacct_rc, self.scancel_rc = partition_out, sacct_rc, scancel_rc
 
     def __call__(self, cmd, *, slurm_conf=None, cwd=None, timeout=60):
         self.calls.append(list(cmd))
         ok = lambda out="", rc=0, err="": subprocess.CompletedProcess(cmd, rc, out, err)  # noqa: E731
+        missing = ok("", 127, f"{cmd[0]}: command not found")
         if cmd[:2] == ["sbatch", "--version"]:
-            if self.version_rc == 127:
-                return ok("", 127, "sbatch: command not found")
-            return ok("slurm-wlm 22.05.8\n")
+            return missing if self.version_rc == 127 else ok("slurm-wlm 22.05.8\n")
         if cmd[:2] == ["sbatch", "--parsable"]:
             return ok("4242\n") if not self.sbatch_rc else ok("", self.sbatch_rc, self.sbatch_err)
         if cmd[0] == "squeue":
             if self.squeue_rc:
-                return ok("", self.squeue_rc, "slurm_load_jobs error: Unable to contact slurm "
-                                              "controller (connect failure)\n")
+                return ok("", self.squeue_rc, self.squeue_err or "slurm_load_jobs error: " + UNREACHABLE)
+            if isinstance(self.squeue_out, dict):
+                return ok(self.squeue_out.get(cmd[cmd.index("-o") + 1], ""))
             return ok(self.squeue_out)
-        if cmd[0] == "scontrol":
+        if cmd[:4] == ["scontrol", "-o", "show", "job"]:
             if self.scontrol_rc:
                 return ok("", self.scontrol_rc, "slurm_load_jobs error: Invalid job id specified\n")
             return ok(self.scontrol_out)
+        if cmd[:4] == ["scontrol", "-o", "show", "partition"]:
+            return ok(self.partition_out)
+        if cmd[0] == "sinfo":
+            if self.sinfo_rc:
+                return missing if self.sinfo_rc == 127 else ok(
+                    "", self.sinfo_rc, "slurm_load_partitions: " + UNREACHABLE)
+            return ok(self.nodes_out if "-N" in cmd else self.sinfo_out)
         if cmd[0] == "sacct":
-            return ok("", 1, "Slurm accounting storage is disabled\n")
+            if self.sacct_rc == 127:
+                return missing
+            return ok("", 1, "sacct: error: Slurm accounting storage is disabled\n") \
+                if self.sacct_rc else ok("4242\n")
         if cmd[0] == "scancel":
-            return ok()
+            return ok() if not self.scancel_rc else ok(
+                "", self.scancel_rc, "scancel: error: Kill job error on job id 4242: Access/"
+                                     "permission denied\n")
         raise ValueError(f'Unknown command to fake "{cmd}"')
 
 
@@ -67,8 +94,8 @@ def fake(monkeypatch):
 
     def install(*, controller_down: str | None = None, **kw) -> FakeSlurm:
         f = FakeSlurm(**kw)
-        monkeypatch.setattr(slurm_backend, "run_cmd", f)
-        monkeypatch.setattr(slurm_backend, "controller_down", lambda conf, timeout=1.0: controller_down)
+        monkeypatch.setattr(slurmcli, "run", f)
+        monkeypatch.setattr(slurmcli, "controller_down", lambda conf, timeout=1.0: controller_down)
         slurm_backend._poll_cache.clear()
         return f
 
@@ -216,3 +243,157 @@ def test_state_mapping(slurm, ours):
 
 def test_every_mapped_state_is_a_jobstate():
     assert set(SLURM_STATES.values()) <= set(JobState)
+
+
+# --- the doctor's Slurm checks, through the same door -----------------------------------------
+SINFO = "lab*|up|2|idle|(null)\n"  # sinfo -h -o %P|%a|%D|%T|%G
+NODES = "node1|2|(null)|idle|lab*\nnode2|2|(null)|idle|lab*\n"  # sinfo -N -h -o %N|%c|%G|%t|%P
+PARTITION = ("PartitionName=lab AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL "
+             "Default=YES QoS=N/A DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO "
+             "GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO "
+             "MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] PriorityJobFactor=1 PriorityTier=1 "
+             "RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF "
+             "State={state} TotalCPUs=4 TotalNodes=2 SelectTypeParameters=NONE\n")
+
+
+def _ctx(**kw):
+    from labkit.doctor import Context
+
+    return Context(profile=PROFILE.replace(gpu_request="none"), wants_slurm=True, **kw)
+
+
+def test_doctor_slurm_check_reads_sinfo(fake):
+    from labkit.doctor import Context
+    from labkit.doctor.checks import check_slurm
+
+    fake(sinfo_out=SINFO)
+    r = check_slurm(_ctx())
+    assert r.status == "PASS" and r.detail == "reachable: lab* (up, 2 nodes idle, GRES (null))"
+    fake(sinfo_out="debug*|up|2|idle|(null)\n")
+    r = check_slurm(_ctx())
+    assert r.status == "FAIL" and "partition 'lab' of the profile is not in sinfo" in r.detail
+    assert "['debug']" in r.fix
+    fake(sinfo_out=SINFO)
+    r = check_slurm(Context(profile=PROFILE, wants_slurm=True))  # a GPU site
+    assert r.status == "WARN" and "no partition offers GRES" in r.detail
+
+
+def test_doctor_slurm_check_when_sinfo_fails_or_is_missing(fake):
+    from labkit.doctor.checks import check_slurm
+
+    fake(sinfo_rc=1)
+    r = check_slurm(_ctx())
+    assert r.status == "FAIL" and r.detail == ("sinfo does not answer: slurm_load_partitions: "
+                                               "Unable to contact slurm controller (connect "
+                                               "failure)")
+    assert "labkit cluster up" in r.fix
+    fake(sinfo_rc=127)
+    r = check_slurm(_ctx())
+    assert r.status == "WARN" and "no Slurm client (sinfo) on PATH" in r.detail
+    from labkit.doctor import Context
+
+    assert check_slurm(Context()).status == "PASS"  # a site without Slurm: nothing missing
+
+
+def test_doctor_mode_and_accounting(fake):
+    from labkit.doctor.checks import check_accounting
+
+    fake(sinfo_rc=1)
+    assert _ctx().mode == "local"
+    assert check_accounting(_ctx()).status == "SKIP"
+    f = fake(sinfo_out=SINFO)
+    assert _ctx().mode == "slurm"
+    r = check_accounting(_ctx())
+    assert r.status == "WARN" and "sacct does not answer (sacct: error: Slurm accounting storage " \
+                                  "is disabled); labkit copes" in r.detail
+    assert ["sacct", "-n", "-X", "-o", "JobID", "-S", "now-1hour"] in f.calls
+    fake(sinfo_out=SINFO, sacct_rc=127)
+    assert "no sacct on PATH" in check_accounting(_ctx()).detail
+    fake(sinfo_out=SINFO, sacct_rc=0)
+    assert check_accounting(_ctx()).status == "PASS"
+
+
+def test_doctor_class_fit_reads_the_partition(fake):
+    from labkit.doctor.sitechecks import check_class_fit
+
+    fake(sinfo_out=SINFO, nodes_out=NODES, partition_out=PARTITION.format(state="UP"))
+    r = check_class_fit(_ctx(students=1))
+    assert r.status == "PASS", r
+    fake(sinfo_out=SINFO, nodes_out=NODES, partition_out=PARTITION.format(state="DOWN"))
+    r = check_class_fit(_ctx(students=1))
+    assert r.status == "FAIL" and r.detail.startswith("partition lab is DOWN (node1 2 CPUs idle")
+    assert "scontrol update PartitionName=lab State=UP" in r.fix
+    fake(sinfo_out=SINFO, nodes_out="")
+    r = check_class_fit(_ctx(students=1))
+    assert r.status == "FAIL" and "partition lab lists no nodes (sinfo -N)" in r.detail
+
+
+def test_doctor_probe_state_when_squeue_fails_or_forgot_the_job(fake):
+    from labkit.doctor.probe import job_state
+
+    fake(squeue_out={"%T|%r|%P": "PENDING|Resources|lab\n"})
+    assert job_state("4242", None) == ("PENDING", "Resources")
+    fake(squeue_rc=1)
+    state, why = job_state("4242", None)
+    assert state == "UNKNOWN" and why.startswith("squeue does not answer: slurm_load_jobs error: "
+                                                 "Unable to contact slurm controller")
+    fake(squeue_out="")
+    assert job_state("4242", None) == (None, "")
+    # squeue -j of a job the controller has forgotten (MinJobAge passed) fails, with this text
+    fake(squeue_rc=1, squeue_err="slurm_load_jobs error: Invalid job id specified\n")
+    assert job_state("4242", None) == (None, "")
+
+
+# --- the job monitor's queue line -------------------------------------------------------------
+def test_pending_reason_names_the_place_in_the_queue(fake):
+    from labkit.backends.queue import pending_reason
+
+    f = fake(squeue_out={"%T|%r|%P": "PENDING|Resources|lab\n", "%i": "4240\n4242\n4243\n"})
+    assert pending_reason("4242") == "Resources, 2nd of 3 pending in partition lab"
+    assert ["squeue", "--noheader", "-t", "PENDING", "-p", "lab", "--sort=-p,i", "-o", "%i"] \
+        in f.calls
+    fake(squeue_out={"%T|%r|%P": "RUNNING|None|lab\n"})
+    assert pending_reason("4242") is None
+    fake(squeue_rc=1)
+    assert pending_reason("4242") is None
+
+
+# --- the class view ---------------------------------------------------------------------------
+def _class_job(fake, run_root):
+    fake(squeue_out=queued("nb01"))
+    job = submit(RunConfig(name="nb01"), backend="slurm", cluster=PROFILE)
+    uid = job.run_dir.stat().st_uid
+    return job, {"%i|%T|%U|%j": f"4242|RUNNING|{uid}|{slurm_job_name('nb01')}\n"}
+
+
+def test_class_view_when_squeue_fails(fake, run_root, caplog):
+    from labkit import classroom
+
+    job, table = _class_job(fake, run_root)
+    fake(squeue_out=table)
+    assert classroom._class_states([job]) == {"4242": JobState.RUNNING}
+    fake(squeue_rc=1)
+    assert classroom._class_states([job]) == {"4242": JobState.UNKNOWN}
+    (job.run_dir / "exit_code").write_text("0\n")
+    assert classroom._class_states([job]) == {"4242": JobState.COMPLETED}
+
+
+def test_class_cancel_error_paths(fake, run_root):
+    from labkit import classroom
+
+    job, table = _class_job(fake, run_root)
+    f = fake(squeue_rc=1)
+    with pytest.raises(LabkitError, match=r"cannot cancel Slurm job 4242 .*squeue does not "
+                                          r"answer \(exit 1: slurm_load_jobs error"):
+        classroom._class_cancel(job)
+    f = fake(squeue_out={"%i|%T|%U|%j": "4242|RUNNING|0|someone_else\n"})
+    with pytest.raises(LabkitError, match="is not run 'nb01' of .* any more; left alone"):
+        classroom._class_cancel(job)
+    assert not any(c[0] == "scancel" for c in f.calls)
+    fake(squeue_out=table, scancel_rc=1)
+    with pytest.raises(LabkitError, match=r"scancel 4242 failed \(exit 1\): scancel: error: "
+                                          r"Kill job error"):
+        classroom._class_cancel(job)
+    f = fake(squeue_out=table)
+    classroom._class_cancel(job)
+    assert f.calls[-1] == ["scancel", "4242"]

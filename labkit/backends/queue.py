@@ -3,16 +3,17 @@
 PENDING on Slurm: ``squeue``'s reason (``Resources``, ``Priority``, ``QOSMaxJobsPerUserLimit``,
 ...) and the job's place among the pending jobs of its partition, highest priority first, as
 Slurm's scheduler takes them. RUNNING: the latest iteration line of the log (iteration, lm
-loss, time per iteration). No imports from the rest of ``labkit.backends``: the job module
-calls this one.
+loss, time per iteration). Slurm is asked through ``labkit.slurmcli``; no imports from the rest
+of ``labkit.backends``: the job module calls this one.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from typing import Any
+
+from labkit import slurmcli
+from labkit.slurmcli import SlurmError
 
 _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 _LOSS = re.compile(rb"lm loss: ([0-9.]+E[+-]\d+|[0-9.]+|nan|inf)", re.I)
@@ -36,32 +37,24 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _squeue(args: list[str], conf: str | None) -> str | None:
-    env = dict(os.environ, **({"SLURM_CONF": conf} if conf else {}))
-    try:
-        p = subprocess.run(["squeue", "--noheader", *args], capture_output=True, text=True,
-                           env=env, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout if p.returncode == 0 else None
-
-
 def pending_reason(job_id: str, slurm_conf: str | None = None) -> str | None:
     """``"Resources, 2nd of 3 pending in partition debug"`` for a pending Slurm job, or None
     when squeue cannot say (the job left the queue, squeue failed)."""
-    out = _squeue(["-j", str(job_id), "-o", "%T|%r|%P"], slurm_conf)
-    if not out or not out.strip():
+    try:
+        rec = slurmcli.queued_job(slurm_conf, str(job_id))
+    except SlurmError:
         return None
-    state, reason, partition = (out.strip().splitlines()[0].split("|") + ["", ""])[:3]
-    if state.strip() != "PENDING":
+    if rec is None or rec[0] != "PENDING":
         return None
-    text = reason.strip() or "no reason given"
-    queue = _squeue(["-t", "PENDING", "-p", partition.strip(), "--sort=-p,i", "-o", "%i"],
-                    slurm_conf) if partition.strip() else None
-    ids = [i.strip() for i in (queue or "").splitlines() if i.strip()]
+    _, reason, partition = rec
+    text = reason or "no reason given"
+    try:
+        ids = slurmcli.pending_ids(slurm_conf, partition) if partition else []
+    except SlurmError:
+        ids = []
     if str(job_id) in ids:
         text += (f", {_ordinal(ids.index(str(job_id)) + 1)} of {len(ids)} pending in partition "
-                 f"{partition.strip()}")
+                 f"{partition}")
     return text
 
 

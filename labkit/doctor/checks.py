@@ -8,29 +8,21 @@ two local processes on a plain machine.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING
 
+from labkit import slurmcli
 from labkit.doctor import hostchecks, sitechecks
 from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
+from labkit.slurmcli import SlurmError
 
 if TYPE_CHECKING:
     from labkit.doctor.preflight import Context
 
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 30.0
 NOFILE_WANT = 4096
-
-
-def _run(cmd: list[str], ctx: Context, timeout: float = 15) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env=ctx.slurm_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 # --- this machine ------------------------------------------------------------------------
@@ -107,22 +99,21 @@ def check_gpus(ctx: Context) -> Result:
 
 def check_slurm(ctx: Context) -> Result:
     name = "slurm"
-    if not shutil.which("sinfo"):
-        return Result(name, WARN if ctx.wants_slurm else PASS,
-                      "no Slurm client (sinfo) on PATH: the local backend runs jobs here",
-                      "for Slurm: install slurm-wlm, or `labkit cluster up` for the local one")
-    r = _run(["sinfo", "-h", "-o", "%P|%a|%D|%T|%G"], ctx)
-    if r is None or r.returncode != 0:
-        err = (r.stderr.strip().splitlines() or ["timed out"])[-1] if r else "timed out"
+    try:
+        rows = slurmcli.partitions(ctx.slurm_conf)
+    except SlurmError as e:
+        if e.returncode == 127:
+            return Result(name, WARN if ctx.wants_slurm else PASS,
+                          "no Slurm client (sinfo) on PATH: the local backend runs jobs here",
+                          "for Slurm: install slurm-wlm, or `labkit cluster up` for the local one")
         return Result(name, FAIL if ctx.wants_slurm else WARN,
-                      f"sinfo does not answer: {err}",
+                      f"sinfo does not answer: {e.last_line}",
                       "start the controller (`labkit cluster up` for the local mini-cluster) or "
                       "check SLURM_CONF / slurm.conf's SlurmctldHost; the local backend still works")
     parts: dict[str, dict] = {}
-    for line in r.stdout.splitlines():
-        p, avail, count, state, gres = (line.split("|") + [""] * 5)[:5]
+    for p, avail, count, state, gres in rows:
         d = parts.setdefault(p, {"avail": avail, "nodes": 0, "states": set(), "gres": set()})
-        d["nodes"] += int(count) if count.isdigit() else 0
+        d["nodes"] += count
         d["states"].add(state)
         d["gres"].add(gres)
     shown = "; ".join(f"{p} ({d['avail']}, {d['nodes']} nodes {'/'.join(sorted(d['states']))}, "
@@ -141,14 +132,14 @@ def check_accounting(ctx: Context) -> Result:
     name = "slurm accounting"
     if not ctx.mode == "slurm":
         return Result(name, SKIP, "skipped: no Slurm cluster (local backend)")
-    if not shutil.which("sacct"):
-        return Result(name, WARN, "no sacct on PATH; labkit does not need it (job states come "
-                      "from squeue, scontrol and runs/<name>/exit_code)", "")
-    r = _run(["sacct", "-n", "-X", "-o", "JobID", "-S", "now-1hour"], ctx)
-    if r is None or r.returncode != 0:
-        err = ((r.stderr or r.stdout).strip().splitlines() or ["?"])[-1] if r else "timed out"
-        return Result(name, WARN, f"sacct does not answer ({err}); labkit copes: job states "
-                      f"come from squeue, scontrol and runs/<name>/exit_code",
+    try:
+        slurmcli.check_accounting(ctx.slurm_conf)
+    except SlurmError as e:
+        if e.returncode == 127:
+            return Result(name, WARN, "no sacct on PATH; labkit does not need it (job states "
+                          "come from squeue, scontrol and runs/<name>/exit_code)", "")
+        return Result(name, WARN, f"sacct does not answer ({e.last_line}); labkit copes: job "
+                      f"states come from squeue, scontrol and runs/<name>/exit_code",
                       "nothing to do for labkit; for history, enable slurmdbd")
     return Result(name, PASS, "sacct answers (job history available)")
 

@@ -10,8 +10,10 @@ as its CPUs and GPUs allow (one with ``--exclusive``). ``J`` jobs run at once ex
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
+
+from labkit import slurmcli
+from labkit.slurmcli import SlurmError
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 
@@ -76,24 +78,20 @@ def class_fit(nodes: list[NodeInfo], students: int | None, nodes_per_job: int, c
                sum(s > 0 for s in slots))
 
 
-def partition_nodes(partition: str | None, env: dict[str, str]) -> tuple[list[NodeInfo], str]:
+def partition_nodes(partition: str | None, slurm_conf: str | None) -> tuple[list[NodeInfo], str]:
     """The partition's nodes from ``sinfo -N`` (name, CPUs, GRES, state), and its settings line
     from ``scontrol show partition`` (empty when it cannot be read)."""
-    cmd = ["sinfo", "-N", "-h", "-o", "%N|%c|%G|%t|%P"]
-    if partition:
-        cmd += ["-p", partition]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, env=env).stdout
-        show = subprocess.run(["scontrol", "-o", "show", "partition", *([partition] if partition
-                                                                       else [])],
-                              capture_output=True, text=True, timeout=20, env=env).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        rows = slurmcli.nodes(slurm_conf, partition)
+    except SlurmError:
         return [], ""
-    nodes: dict[str, NodeInfo] = {}
-    for line in out.splitlines():
-        name, cpus, gres, state, part = (line.split("|") + [""] * 5)[:5]
+    try:
+        show = slurmcli.partition_settings(slurm_conf, partition)
+    except SlurmError:
+        show = ""
+    found: dict[str, NodeInfo] = {}
+    for name, cpus, gres, state, part in rows:
         if partition is None and not part.endswith("*"):
             continue  # no partition named: the default one, as sbatch would pick
-        if cpus.isdigit():
-            nodes[name] = NodeInfo(name, int(cpus), gres_gpus(gres), state)
-    return list(nodes.values()), show.strip().splitlines()[0] if show.strip() else ""
+        found[name] = NodeInfo(name, cpus, gres_gpus(gres), state)
+    return list(found.values()), show

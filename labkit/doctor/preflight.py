@@ -5,19 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import slurmcli
 from labkit._logging import log
 from labkit.doctor.checks import CHECKS, CLASS_CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
 from labkit.doctor.probe import ProbeRun, local_probes, slurm_probe
 from labkit.errors import ConfigError
 from labkit.paths import CODE_DIR, DATA_DIR, run_root
 from labkit.site import CLUSTER_ENV, ClusterProfile, resolve_cluster
+from labkit.slurmcli import SlurmError
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -68,25 +69,25 @@ class Context:
                 if self.profile is not None and self.profile.code_dir else DATA_DIR)
         return base / "corpus_text_document", base / "tokenizer"
 
+    @property
+    def slurm_conf(self) -> str | None:
+        """The profile's slurm.conf for Slurm's commands (None: Slurm's own default)."""
+        return self.profile.slurm_conf if self.profile is not None else None
+
     def slurm_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        if self.profile is not None and self.profile.slurm_conf:
-            env["SLURM_CONF"] = self.profile.slurm_conf
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
         return env
 
     @property
     def mode(self) -> str:
-        """``slurm`` when sinfo answers, else ``local``."""
+        """``slurm`` when sinfo lists a partition, else ``local``."""
         if self._mode is None:
-            self._mode = "local"
-            if shutil.which("sinfo"):
-                try:
-                    r = subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True,
-                                       text=True, timeout=15, env=self.slurm_env())
-                    if r.returncode == 0 and r.stdout.strip():
-                        self._mode = "slurm"
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
+            try:
+                self._mode = "slurm" if slurmcli.partitions(self.slurm_conf) else "local"
+            except SlurmError:
+                self._mode = "local"
         return self._mode
 
     def probes(self) -> ProbeRun:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit import slurmcli
 from labkit.paths import CODE_DIR
 from labkit.site import ClusterProfile
+from labkit.slurmcli import SlurmError
 
 # Slurm's queue reasons (squeue %r) -> what to do about them.
 QUEUE_FIXES = [
@@ -80,19 +82,13 @@ def queue_fix(reason: str, partition: str | None) -> str:
 
 
 def job_state(job_id: str, slurm_conf: str | None) -> tuple[str | None, str]:
-    """(Slurm state, queue reason) of a job (``squeue -h -j ID -t all -o %T|%r``); state None
+    """(Slurm state, queue reason) of a job (``squeue -j ID -t all``); state None
     when squeue no longer lists it (finished and forgotten), ``UNKNOWN`` when squeue fails."""
-    from labkit.backends.slurm import run_cmd
-
-    p = run_cmd(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%r"],
-                slurm_conf=slurm_conf, timeout=20)
-    if p.returncode and "invalid job id" not in (p.stderr + p.stdout).lower():
-        return "UNKNOWN", f"squeue does not answer: {(p.stderr or p.stdout).strip()[:200]}"
-    line = p.stdout.strip().splitlines()[:1] if p.returncode == 0 else []
-    if not line:
-        return None, ""
-    state, _, reason = line[0].partition("|")
-    return state.strip(), reason.strip()
+    try:
+        rec = slurmcli.queued_job(slurm_conf, job_id)
+    except SlurmError as e:
+        return "UNKNOWN", f"squeue does not answer: {e.message[:200]}"
+    return (rec[0], rec[1]) if rec else (None, "")
 
 
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

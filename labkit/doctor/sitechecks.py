@@ -215,7 +215,7 @@ def check_class_fit(ctx: Context) -> Result:
     k, procs = ctx.series_shape()
     cpus = (p.cpus_per_task if p and p.cpus_per_task else procs)
     gpus = procs if ctx.wants_cuda else 0
-    nodes, show = partition_nodes(part, ctx.slurm_env())
+    nodes, show = partition_nodes(part, ctx.slurm_conf)
     label = f"partition {part}" if part else "the default partition"
     if not nodes:
         return Result(name, FAIL, f"{label} lists no nodes (sinfo -N)", "set partition in the "

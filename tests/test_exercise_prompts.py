@@ -185,3 +185,14 @@ def test_an_answer_printed_before_its_exercise_is_found_and_one_printed_after_is
     assert given_away(after, answers) == []
     # a bare 2 is not an answer shown: it needs a word that names it
     assert given_away(_executed(("gpus_per_node = 2", "2")) + after[:2], answers[1:]) == []
+
+
+@pytest.mark.parametrize("name", SERIES)
+def test_exercises_are_numbered_by_their_notebook_in_order(name):
+    """One scheme across the series: "Exercise NN.k", NN the notebook, k = 1, 2, ... in order."""
+    md = "\n".join(_text(c) for c in _cells(name) if c["cell_type"] == "markdown")
+    numbers = re.findall(r"\*{0,2}Exercise (\d+)\.(\d+)", md)
+    assert numbers, f"{name}: no numbered exercise"
+    assert all(nb == name[:2] for nb, _ in numbers), f"{name}: {numbers}"
+    assert [int(k) for _, k in numbers] == list(range(1, len(numbers) + 1)), f"{name}: {numbers}"
+    assert len(numbers) >= len(_prompts(name)), (name, numbers)  # every FIXME cell has its number

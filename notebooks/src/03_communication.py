@@ -143,7 +143,7 @@ elif nodes > 1:
 # a TP group, and the launcher fills node 0 with the first `gpus_per_node` ranks. A group's
 # traffic crosses the network when its ranks sit on different nodes.
 #
-# **Exercise 3.1**: below is TP=2 x PP=2 on 2 nodes of 2, each rank with its TP, DP and PP
+# **Exercise 03.1**: below is TP=2 x PP=2 on 2 nodes of 2, each rank with its TP, DP and PP
 # coordinates (`t`, `d`, `p`). Which parallelism's groups cross the node boundary? Answer
 # `"tp"`, `"dp"` or `"pp"` (a list if several do).
 

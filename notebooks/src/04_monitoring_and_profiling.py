@@ -106,7 +106,7 @@ plot_profile_breakdown(breakdown, normalize=True)
 plt.show()
 
 # %% [markdown]
-# **Exercise 3.1**: read your breakdown above. Which phase takes the largest share of the
+# **Exercise 04.1**: read your breakdown above. Which phase takes the largest share of the
 # profiled time, summed over the ranks (`"compute"`, `"communication"`, `"memcpy"` or
 # `"idle"`)? And which of the remedies listed below would shrink that phase?
 

@@ -3,7 +3,8 @@
 #
 # **What you will learn**
 # - how throughput (tokens/s) changes with the micro batch size;
-# - how the planner predicts memory per rank, and which micro batch still fits;
+# - how the planner predicts memory per rank, and how to predict from its parts which micro
+#   batch still fits;
 # - what a real out-of-memory failure looks like, how labkit's parser finds it, and that the
 #   planner had predicted it before the job was submitted.
 
@@ -18,7 +19,6 @@ gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this ke
 micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
 one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
 memory_limit_gb = 1.0  # CPU only: per-rank cap of the OOM demo; on GPUs the budget is the GPU's memory
-oom_micro_batch = 128  # a micro batch that does not fit the budget (doubled on a GPU where it would)
 run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -36,6 +36,8 @@ versions()
 # matrix multiplications per iteration (fewer microbatches to accumulate).
 
 # %%
+import math
+
 from labkit.config import RunConfig
 from labkit.lab import launch
 
@@ -98,59 +100,109 @@ from labkit.lab import throughput
 throughput(df, by="micro_batch_size", gpu_model=gpu_model)
 
 # %% [markdown]
-# ## 2 What fits? Ask the planner
+# ## 2 What fits? Predict it from the planner's parts
 #
-# The planner adds up weights, gradients, optimizer state, activations and logits per rank.
-# The budget is what one rank may use: on GPUs the GPU's memory (`gpu_memory_gb`, from the
-# site profile when it says), on CPU `memory_limit_gb`: there the engine caps what a process
-# may allocate after building the model, so the planner counts what comes later (optimizer
-# moments, activations, logits).
+# The planner adds up weights, gradients, optimizer state, start-up buffers, activations and
+# logits per rank. The budget is what one rank may use: on GPUs the GPU's memory
+# (`gpu_memory_gb`, from the site profile when it says), on CPU `memory_limit_gb`: there the
+# engine caps what a process may allocate after building the model, so the planner counts what
+# comes later (optimizer moments, start-up buffers, activations, logits), times the allocator's
+# factor, plus a fixed overhead. Only the activations, the logits and the start-up buffers grow
+# with the micro batch, each in proportion to it.
 
 # %%
 from labkit.planner import plan
 
 cap = {"memory_limit_gb": memory_limit_gb} if base.device == "cpu" else {}
-budget_gb = memory_limit_gb if cap else base.gpu_memory_gb
-print(f"budget: {budget_gb:g} GB per rank")
 
 
 def planned(m: int):
     return plan(base.replace(micro_batch_size=m, global_batch_size=m * base.dp, **cap))
 
 
-while planned(oom_micro_batch).fits:  # a GPU with more memory than this demo expects
-    oom_micro_batch *= 2
-sizes = sorted({1, 2, 4, 8, 16, 32, 64, oom_micro_batch})
-need = {m: planned(m).required_gb for m in sizes}
-{m: f"{gb:.3f} GB" for m, gb in need.items()}
+one, two = planned(1), planned(2)
+budget_gb = one.gpu_memory_gb  # the limit the planner compares with
+per_sample_gb = two.required_gb - one.required_gb
+fixed_gb = one.required_gb - per_sample_gb
+print(one.summary().splitlines()[3])
+print(f"budget per rank: {budget_gb:g} GB; part that does not grow with the micro batch: "
+      f"{fixed_gb:.4f} GB; each sample of the micro batch adds {per_sample_gb:.5f} GB "
+      f"(activations, logits, start-up buffers, x the allocator's factor)")
 
 # %% [markdown]
-# **Exercise 2.1**: what is the largest micro batch (of those above) that fits the budget
-# (`budget_gb`)?
+# **Exercise 05.1** (predict): micro batches come in powers of two (1, 2, 4, ...). Which is the
+# largest micro batch that fits the budget? Work it out from the two numbers just printed; the
+# planner's table and two real runs, one on each side of your answer, come after.
 
 # %%
 from labkit.exercises import FIXME, check_max_micro_batch
 
-largest_fitting = max([m for m, gb in need.items() if gb <= budget_gb], default=None)  # EXERCISE
-check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=budget_gb)
+largest_fitting = 2 ** int(math.log2((budget_gb - fixed_gb) / per_sample_gb))  # EXERCISE: a power of two
+sizes = [2 ** k for k in range(13)]
+need = {m: planned(m).required_gb for m in sizes}
+sizes = [m for m in sizes if m == 1 or need[m // 2] <= budget_gb]  # up to the first that fails
+need = {m: need[m] for m in sizes}
+fit = check_max_micro_batch(largest_fitting, peak_gb_by_micro_batch=need, limit_gb=budget_gb)
 
 # %% [markdown]
-# ## 3 A micro batch that does not fit
-#
-# The planner says no; we submit anyway to see the real failure.
+# The planner's need for each size (your answer is the last one under the budget):
 
 # %%
-oom_cfg = base.replace(name=f"{run_prefix}_oom", micro_batch_size=oom_micro_batch,
-                       global_batch_size=oom_micro_batch * base.dp,
-                       train_iters=min(train_iters, 3),
-                       lr_warmup_iters=min(base.lr_warmup_iters, 3), **cap)
+{m: f"{gb:.3f} GB {'fits' if gb <= budget_gb else 'does NOT fit'}" for m, gb in need.items()}
+
+# %% [markdown]
+# ## 3 The boundary, run for real
+#
+# Two one-iteration runs under the same budget (one iteration reaches the peak: forward,
+# backward and the optimizer's first step): the largest micro batch the planner says fits, and
+# the next size up, which it says does not. On CPU the cap is on the address space the process
+# may add after start-up (`RLIMIT_AS`); the log's memory lines say how much it added
+# (`max reserved`, the largest VmSize, minus the VmSize at start-up).
+
+# %%
+import re
+
+
+def edge_run(m: int):
+    c = base.replace(name=f"{run_prefix}_edge_mbs{m}", micro_batch_size=m,
+                     global_batch_size=m * base.dp, train_iters=1, lr_warmup_iters=0, **cap)
+    return c, launch(c, cluster=cluster, reuse=False, progress=False)
+
+
+def added_gb(job) -> float | None:
+    """What rank 0 added to its address space after start-up, from its log (CPU only)."""
+    text = job.log_path.read_text(errors="replace")
+    start = re.search(r"VmSize after start-up ([\d.]+) GB", text)
+    peaks = re.findall(r"max reserved: ([\d.]+)", text)
+    return max(float(x) for x in peaks) * 2**20 / 1e9 - float(start.group(1)) if start and peaks else None
+
+
+fit_m = fit.value
+for m in (fit_m, 2 * fit_m):
+    edge_cfg, edge_job = edge_run(m)
+    grew = added_gb(edge_job)
+    print(f"micro batch {m}: planner needs {plan(edge_cfg).required_gb:.3f} GB of {budget_gb:g} "
+          f"GB ({'fits' if plan(edge_cfg).fits else 'does NOT fit'}); the run {edge_job.state()}"
+          + (f", rank 0 added {grew:.3f} GB after start-up" if grew is not None else ""))
+edge_ok = str(edge_job.state()) == "COMPLETED"
+if edge_ok:
+    print(f"The planner's boundary is on the safe side here: micro batch {2 * fit_m} still ran. Its "
+          f"need adds the allocator's factor and a fixed overhead to the tensors it counts, "
+          f"so a size it rejects can still fit; what it accepts did fit.")
+
+# %% [markdown]
+# ## 4 A micro batch that does not fit
+#
+# Doubling the micro batch until a run fails (the size the planner rejected, or larger): we
+# submit it anyway to see the real failure.
+
+# %%
+oom_m = 4 * fit_m if edge_ok else 2 * fit_m
+oom_cfg, oom_job = edge_run(oom_m) if edge_ok else (edge_cfg, edge_job)  # no second try of 2 x
 oom_plan = plan(oom_cfg)
 print(oom_plan.summary())
 assert not oom_plan.fits, "the planner should predict that this micro batch does not fit"
-
-# %%
-oom_job = launch(oom_cfg, cluster=cluster, reuse=False, progress=False)
-print(oom_job.state())
+print(f"micro batch {oom_m}: {oom_job.state()}")
 print(oom_job.tail(8))
 
 # %%
@@ -162,9 +214,19 @@ for f in failures[:3]:
     print(f"{f.kind}: {f.message}\n  hint: {f.hint}")
 assert str(oom_job.state()) in ("FAILED", "OUT_OF_MEMORY"), oom_job.state()
 assert failures and failures[0].kind in ("host_oom", "gpu_oom"), failures
+asked = [int(b) for b in re.findall(r"allocate (\d+) bytes", oom_job.tail(400))]
+st = oom_plan.last_stage
+terms = {"logits": st.logits, "activations": st.activations, "optimizer": st.optimizer}
+if asked:
+    gb = asked[-1] / 1e9
+    close = [k for k, v in terms.items() if abs(v - gb) <= 0.01 * v]
+    print(f"the allocation that failed asked for {asked[-1]:,} bytes = {gb:.3f} GB: "
+          + (f"exactly the planner's {close[0]} term ({terms[close[0]]:.3f} GB): the step that "
+             f"tipped the rank over its budget." if close else
+             "no single term of the plan; the rank was already near its budget."))
 
 # %% [markdown]
-# ## 4 Memory you can look at
+# ## 5 Memory you can look at
 #
 # The memory lines of the log are the process's resident memory (RSS on CPU): the interpreter
 # and libraries are in it. The engine also counts its own tensors on every rank
@@ -202,7 +264,7 @@ print(f"tensors {meas['total_mb']:.1f} MB of a process of {rss:.0f} MB RSS: "
       f"{meas['total_mb'] / rss:.1%}")
 
 # %% [markdown]
-# ## 5 One step's memory, from the profiler
+# ## 6 One step's memory, from the profiler
 #
 # `torch_profiler_memory=True` makes the PyTorch profiler record the first two iterations with
 # every allocation and free. Before the first optimizer step only the weights and gradients
@@ -242,7 +304,9 @@ record("oom_predicted", not oom_plan.fits)
 # - Your sweep measured tokens/s per micro batch (section 1 said where it peaked). Larger
 #   micro batches help while they make the hardware busier: on GPUs up to the memory limit; on
 #   a CPU whose cores are already busy, little or not at all.
-# - The planner predicts memory per rank before you queue; its `fits` verdict matched the run.
+# - The planner predicts memory per rank before you queue: a part that stays and a part per
+#   sample of the micro batch. You predicted the largest micro batch that fits from those two
+#   numbers, and the two runs on either side of it did what the planner said.
 # - An out-of-memory job fails with the allocator's own error; `labkit.logs.diagnose` names it
 #   (`host_oom` on CPU, `gpu_oom` on GPUs) and suggests a fix.
 #

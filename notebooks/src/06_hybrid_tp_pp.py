@@ -3,7 +3,7 @@
 #
 # **What you will learn**
 # - how to choose TP, PP, micro and global batch for 2 nodes, and check the choice;
-# - how to run TP=2 x PP=2 and confirm the layout from the world-size line;
+# - how to run your layout and confirm it from the world-size line;
 # - memory per pipeline stage and the pipeline bubble, predicted and measured;
 # - how layouts compare in a sweep: the planner's time estimate (calibrated from your own
 #   measurements of notebooks 01 and 03) against the iteration times you measure;
@@ -16,7 +16,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUST
 nodes = 2  # nodes of the hybrid runs
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
-sweep = [[2, 1], [1, 2]]  # extra layouts as [TP, PP] pairs, compared with TP 2 x PP 2
+sweep = None  # extra layouts as [TP, PP] pairs to run next to yours; None: the planner's first and last pick
 run_prefix = "nb06"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -28,11 +28,12 @@ from labkit.lab import versions
 versions()
 
 # %% [markdown]
-# ## 1 Exercise: a hybrid layout for 2 nodes
+# ## 1 A hybrid layout for 2 nodes
 #
-# Fill in a layout with **TP=2 and PP=2** on `nodes` x `gpus_per_node` ranks:
+# **Exercise 06.1** (choose): pick a layout for `nodes` x `gpus_per_node` ranks that uses a
+# pipeline (PP of at least 2 stages); TP, PP, micro and global batch are yours. The rules:
 # - TP x PP x DP must equal the number of ranks, and TP should stay inside a node;
-# - PP must divide the number of layers;
+# - PP must divide the number of layers, TP the number of attention heads;
 # - the global batch must be a multiple of micro batch x DP, with at least PP microbatches so
 #   the pipeline fills.
 
@@ -40,28 +41,32 @@ versions()
 from labkit.config import RunConfig
 from labkit.exercises import FIXME, check_hybrid
 
-base = RunConfig.for_profile(profile, cluster=cluster, name=f"{run_prefix}_tp2_pp2",
+base = RunConfig.for_profile(profile, cluster=cluster, name=f"{run_prefix}_hybrid",
                              backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
                              train_iters=train_iters)
+print(f"{nodes} nodes x {gpus_per_node} = {nodes * gpus_per_node} ranks; {base.num_layers} "
+      f"layers, {base.num_attention_heads} attention heads")
 tp = 2  # EXERCISE
 pp = 2  # EXERCISE
 micro_batch_size = 2  # EXERCISE
 global_batch_size = micro_batch_size * (nodes * gpus_per_node // (tp * pp)) * 2 * pp  # EXERCISE
 layout = check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
                       gpus_per_node=gpus_per_node, num_layers=base.num_layers,
-                      num_attention_heads=base.num_attention_heads, want_tp=2, want_pp=2)
+                      num_attention_heads=base.num_attention_heads, min_pp=2)
 
 # %% [markdown]
-# ## 2 Run TP=2 x PP=2
+# ## 2 Run your layout
 
 # %%
 from labkit.lab import launch
 
 # Your layout once it passes the check above; until then one that the check worked out.
 tp, pp, micro_batch_size, global_batch_size = layout.value
-cfg = base.replace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                   micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
-print(cfg.summary())
+cfg = base.replace(name=f"{run_prefix}_tp{tp}_pp{pp}", tensor_model_parallel_size=tp,
+                   pipeline_model_parallel_size=pp, micro_batch_size=micro_batch_size,
+                   global_batch_size=global_batch_size)
+print(f"layout TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}; {cfg.num_microbatches} microbatches of "
+      f"{cfg.micro_batch_size} per iteration")
 job = launch(cfg, cluster=cluster)
 assert job.state() == "COMPLETED", job.tail(30)
 print([ln for ln in job.tail(400).splitlines() if "using world size" in ln][0])
@@ -75,9 +80,10 @@ print([ln for ln in job.tail(400).splitlines() if "using world size" in ln][0])
 # first microbatch has passed the stages before them, at the end the earlier stages wait until
 # the last backward pass comes back to them.
 #
-# **Exercise 3.1**: before the planner tells you: how large is the bubble of this run, as a
-# fraction of the ideal compute time? Think in microbatch slots: how many slots does a stage
-# wait, and how many does it compute? (`pp` and `cfg.num_microbatches` hold this run's numbers.)
+# **Exercise 06.2** (predict): before the planner and the timeline tell you: how large is the
+# bubble of your run, as a fraction of the ideal compute time? Think in microbatch slots: how
+# many slots does a stage wait, and how many does it compute? (`pp` and `cfg.num_microbatches`
+# hold your run's numbers.)
 
 # %%
 from labkit.exercises import check_bubble
@@ -125,7 +131,7 @@ for stage, g in mem_cmp.groupby("pp_rank"):
 #
 # Every rank also timed the forward and the backward pass of each microbatch
 # (`timeline/rank_N.jsonl`). Per stage, the grey between the bars is time the stage waited for
-# its neighbour: the bubble of exercise 3.1, plus any imbalance between the stages. A second
+# its neighbour: the bubble of exercise 06.2, plus any imbalance between the stages. A second
 # run splits each stage into 2 virtual chunks (interleaved 1F1B,
 # `num_layers_per_virtual_pipeline_stage`): more, shorter slots, so the formula's bubble
 # (p-1)/(v*m) halves.
@@ -134,37 +140,101 @@ for stage, g in mem_cmp.groupby("pp_rank"):
 from labkit.plots import plot_pipeline_timeline
 from labkit.timeline import bubble_line, load_timeline, measured_bubble
 
-vcfg = cfg.replace(name=f"{run_prefix}_tp{tp}_pp{pp}_vpp2",
-                   num_layers_per_virtual_pipeline_stage=cfg.num_layers // (2 * pp))
+chunks = 2 if cfg.num_layers % (2 * pp) == 0 else 1  # each chunk needs whole layers
+vcfg = cfg.replace(name=f"{run_prefix}_tp{tp}_pp{pp}_vpp{chunks}",
+                   num_layers_per_virtual_pipeline_stage=cfg.num_layers // (chunks * pp))
 vjob = launch(vcfg, cluster=cluster)
 assert vjob.state() == "COMPLETED", vjob.tail(30)
-fig, axes = plt.subplots(2, 1, figsize=(11, 2.2 + 1.4 * pp * 2))
-bubbles = {}
-for ax, (title, j) in zip(axes, [("1F1B", job), ("interleaved, 2 chunks per stage", vjob)]):
-    timeline = load_timeline(j.run_dir)
-    plot_pipeline_timeline(timeline, ax=ax)
+runs = {"1F1B": job, f"interleaved, {chunks} chunks per stage": vjob}
+fig, axes = plt.subplots(2, 1, figsize=(11, 2.2 + 1.4 * pp * 2), sharex=True)
+timelines, bubbles = {}, {}
+for ax, (title, j) in zip(axes, runs.items()):
+    timelines[title] = load_timeline(j.run_dir)
+    plot_pipeline_timeline(timelines[title], ax=ax)
     ax.set_title(f"{title}: {ax.get_title()}")
-    bubbles[title] = measured_bubble(timeline)
-    print(f"{title}: {bubble_line(timeline)}")
+    bubbles[title] = measured_bubble(timelines[title])
+    print(f"{title}: {bubble_line(timelines[title])}")
 fig.tight_layout()
 plt.show()
 
+# %% [markdown]
+# **Where did each stage's idle time go?** Per iteration the pipeline's span is what the
+# slowest stage computes (`busy`) plus everything it waited. Split every stage's idle time
+# three ways, from the timeline alone:
+# - **schedule**: the formula's bubble of the slowest stage, (p-1)/(v*m) x its busy time: the
+#   warm-up and cool-down no schedule avoids;
+# - **imbalance**: how much less this stage computes than the slowest one (it waits for it);
+# - **other wait**: the rest of the span: transfers between stages, and on a shared machine
+#   waiting for a core. Negative when the run beat the formula's schedule.
+
 # %%
-b1, b2 = bubbles.values()
-print(f"Interleaving took the measured bubble from {b1['bubble']:.2f} to {b2['bubble']:.2f} "
-      f"(the formula: {b1['predicted']:.2f} -> {b2['predicted']:.2f}).")
-for name, b in bubbles.items():
-    gap = b["bubble"] - b["predicted"]
-    print(f"{name}: measured {'above' if gap > 0 else 'below'} the formula by {abs(gap):.2f}")
+import pandas as pd
+from IPython.display import display
+
+from labkit.timeline import predicted_bubble, stage_idle
+
+
+def idle_parts(tl: pd.DataFrame) -> pd.DataFrame:
+    """Per stage, median over the iterations after the first: busy and idle in its 3 parts."""
+    per = stage_idle(tl)
+    per = per[per["iteration"] > per["iteration"].min()].copy()
+    b = measured_bubble(tl)
+    slowest = per.groupby("iteration")["busy_ms"].transform("max")
+    per["schedule_ms"] = predicted_bubble(b["p"], b["v"], b["m"]) * slowest
+    per["imbalance_ms"] = slowest - per["busy_ms"]
+    per["other_wait_ms"] = per["idle_ms"] - per["schedule_ms"] - per["imbalance_ms"]
+    cols = ["busy_ms", "idle_ms", "schedule_ms", "imbalance_ms", "other_wait_ms"]
+    return per.groupby("pp_rank")[cols].median()
+
+
+parts = pd.concat({title: idle_parts(tl) for title, tl in timelines.items()}, names=["run"])
+display(parts.round(1))
+(t1, b1), (t2, b2) = bubbles.items()
+mean = parts.groupby(level="run").mean()
+d_sched = mean.loc[t2, "schedule_ms"] - mean.loc[t1, "schedule_ms"]
+d_other = mean.loc[t2, "other_wait_ms"] - mean.loc[t1, "other_wait_ms"]
+d_imb = mean.loc[t2, "imbalance_ms"] - mean.loc[t1, "imbalance_ms"]
+print(f"measured bubble: {t1} {b1['bubble']:.2f}, {t2} {b2['bubble']:.2f} "
+      f"(the formula: {b1['predicted']:.2f} -> {b2['predicted']:.2f})")
+if chunks == 1:
+    print(f"With {pp} stages of {cfg.num_layers // pp} layer(s) no stage splits into chunks: "
+          f"both runs are 1F1B.")
+elif b2["bubble"] < b1["bubble"]:
+    print(f"Interleaving shrank the measured bubble here. Per stage, the schedule part changed by "
+          f"{d_sched:+.1f} ms, imbalance by {d_imb:+.1f} ms, the other waits by {d_other:+.1f} ms.")
+else:
+    eaten = max((("the other waits (transfers, cores)", d_other), ("imbalance", d_imb)),
+                key=lambda kv: kv[1])
+    print(f"Interleaving did not shrink the measured bubble here. The schedule part changed by "
+          f"{d_sched:+.1f} ms per stage, but {eaten[0]} changed by {eaten[1]:+.1f} ms: that is "
+          f"what ate the gain (interleaving doubles the transfers between stages).")
 
 # %% [markdown]
-# The formula assumes equal stages and free communication. Read your timeline for what it
-# leaves out: the last stage also runs the output layer and the loss (its bars are longer, so
-# the first stage waits for it: imbalance), every arrow between stages is a send/receive that
-# takes time, and interleaving doubles those transfers. On the cpu profile the ranks share
-# this machine's cores, so a stage may also wait for a core: bars stretch and gaps appear that
-# no schedule explains. On GPUs with a larger model the bars even out and the measured bubble
-# comes closer to (p-1)/(v*m).
+# **More microbatches, a smaller bubble?** The formula says the bubble falls as 1/m. Two short
+# runs of your layout (3 iterations each) with 2x and 4x the microbatches, against (p-1)/m:
+
+# %%
+m0 = cfg.num_microbatches
+m_jobs = {m0: job}
+for k in (2, 4):
+    mc = cfg.replace(name=f"{run_prefix}_tp{tp}_pp{pp}_m{k * m0}",
+                     global_batch_size=k * cfg.global_batch_size, train_iters=3,
+                     lr_warmup_iters=min(cfg.lr_warmup_iters, 3))
+    m_jobs[k * m0] = launch(mc, cluster=cluster, progress=False)
+    assert m_jobs[k * m0].state() == "COMPLETED", m_jobs[k * m0].tail(30)
+msweep = pd.DataFrame([{"microbatches": m, "formula": b["predicted"], "measured": b["bubble"]}
+                       for m, b in ((m, measured_bubble(load_timeline(j.run_dir)))
+                                    for m, j in m_jobs.items())]).set_index("microbatches")
+display(msweep.round(3))
+ax = msweep.plot(marker="o", figsize=(5, 3), logx=True)
+ax.set_ylabel("bubble (idle / busy)")
+plt.show()
+if msweep["measured"].is_monotonic_decreasing:
+    print(f"Measured, the bubble fell with more microbatches: {msweep['measured'].iloc[0]:.2f} at "
+          f"m={m0} to {msweep['measured'].iloc[-1]:.2f} at m={4 * m0}.")
+else:
+    print("Measured, the bubble did not fall steadily with more microbatches here: the other "
+          "waits of the table above (transfers, shared cores) do not shrink with m.")
 
 # %% [markdown]
 # ## 4 A sweep of layouts
@@ -182,9 +252,14 @@ from labkit.planner.calibration import calibrated_hardware, describe
 
 hw = calibrated_hardware(cfg)
 print(describe(hw))
-print(format_layouts(plan_layouts(nodes=nodes, gpus_per_node=gpus_per_node, model=cfg,
-                                  micro_batch_size=micro_batch_size, hardware=hw),
-                     show_invalid=False))
+layouts = plan_layouts(nodes=nodes, gpus_per_node=gpus_per_node, model=cfg,
+                       micro_batch_size=micro_batch_size, hardware=hw)
+print(format_layouts(layouts, show_invalid=False))
+if sweep is None:  # the planner's first and last pick (one model chunk), besides your layout
+    picks = [[lp.tp, lp.pp] for lp in layouts if lp.plan is not None and lp.plan.fits
+             and lp.vpp == 1 and not lp.tp_crosses_nodes and (lp.tp, lp.pp) != (tp, pp)]
+    sweep = [picks[0], picks[-1]] if len(picks) > 1 else picks
+print(f"runs next to yours (TP={tp} x PP={pp}): " + ", ".join(f"TP={t} x PP={q}" for t, q in sweep))
 
 # %%
 others = [cfg.replace(name=f"{run_prefix}_tp{t}_pp{q}", tensor_model_parallel_size=t,
@@ -257,14 +332,16 @@ layout_builder(profile, nodes=nodes, gpus_per_node=gpus_per_node)
 # %%
 from labkit.record import record, record_run
 
-record_run("tp2_pp2", run.iterations, run.memory)
-record("tp2_pp2.bubble_fraction", p.bubble_fraction)
+record_run(f"tp{tp}_pp{pp}", run.iterations, run.memory)
+record(f"tp{tp}_pp{pp}.bubble_fraction", p.bubble_fraction)
 
 # %% [markdown]
 # ## Summary
 #
 # - TP x PP x DP = world size; TP inside a node, PP and DP across nodes.
-# - Pipeline stages differ in memory; more microbatches shrink the bubble.
+# - Pipeline stages differ in memory. The bubble's schedule part is (p-1)/(v*m) of the slowest
+#   stage's compute; your timeline split the rest into imbalance and other waits, and your m
+#   sweep showed how much more microbatches bought here.
 # - The planner's estimate ranks layouts before you spend queue time; calibrated with your
 #   own compute speed and link measurements, you compared its order with the measured one.
 #

@@ -94,7 +94,7 @@ for c in (base, distopt):
     print(f"{c.name}: optimizer state {plan(c).first_stage.optimizer * 1e3:.2f} MB per rank")
 
 # %% [markdown]
-# ## 5 Exercise: which option fits a budget?
+# ## 5 Exercise 07.1: which option fits a budget?
 #
 # Take the GPU run of section 1 (GPT-2 124M in bf16, 2 nodes x 8 GPUs, DP=16) and its memory
 # per GPU by component below. You are given a memory budget per GPU that it exceeds. **Predict**

@@ -256,7 +256,7 @@ for number, line in enumerate(lines[-80:], start=max(1, len(lines) - 79)):
     print(f"{number:4} {line.replace(str(REPO_ROOT) + '/', '')}")
 
 # %% [markdown]
-# **Exercise 3.1**: from the log alone, what ended this job? Answer with one failure kind:
+# **Exercise 08.1**: from the log alone, what ended this job? Answer with one failure kind:
 # `"gpu_oom"`, `"host_oom"`, `"nccl_timeout"`, `"cuda_error"`, `"time_limit"`, `"preempted"`,
 # `"node_failure"`, `"child_failed"`, `"python_exception"`, `"cancelled"` or `"hang"`. (Read
 # from the bottom up: a launcher's summary often repeats a worker's error; the root cause is

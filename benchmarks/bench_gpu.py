@@ -1,46 +1,63 @@
-"""The GPU check's figures: speed, MFU and memory of code/pretrain_gpt.py on one GPU (or more).
+"""The GPU check's benchmark: speed, MFU and memory of code/pretrain_gpt.py on one GPU (or more).
 
-    make gpu-check                                  # the gpu tests, then this script
-    .venv/bin/python benchmarks/bench_gpu.py        # this script alone (about 5 minutes on an H100)
-    .venv/bin/python benchmarks/bench_gpu.py --require-cuda   # only: is there a CUDA GPU?
+    make gpu-check                          # on the GPU machine: this script, then the gpu tests
+    .venv-gpu/bin/python benchmarks/bench_gpu.py --out runs/gpu-check    # this script alone
+    python3 benchmarks/bench_gpu.py --require-cuda     # only: is there a CUDA GPU? (stdlib + torch)
+    python3 benchmarks/bench_gpu.py --summary runs/gpu-check   # the kept results, exit 1 on failures
 
 Every figure comes from a real run of code/pretrain_gpt.py under torchrun (NCCL, bf16, SDPA
-attention) and its own log; nothing is asserted except that the runs happened. It prints:
+attention, megatron-core's torch.compile fusions) and its own log. Throughput runs switch the
+lessons' instrumentation and the checkpoints off (``LABKIT_INSTRUMENT=0``,
+``LABKIT_SAVE_CHECKPOINTS=0``). Kept under ``--out`` (default runs/gpu-check/):
 
-* GPT-2 124M and a 350M-class GPT (24 layers, hidden 1024) at sequence 1024: tokens/s,
-  model TFLOP/s per GPU (labkit.planner's FLOPs formula) and MFU (labkit.hardware's peak table),
-  the median over the iterations after the warm-up;
-* the planner's peak and static memory against the engine's measured ``max allocated``
-  (``torch.cuda.max_memory_allocated``) and its static-memory line;
-* a real CUDA out-of-memory: a micro batch the planner says does not fit under a device memory
-  cap, run under that cap; the log's diagnosis (``gpu_oom`` expected);
-* the NCCL version and transport lines of a run's own output (``NCCL_DEBUG=INFO``);
-* the torch.profiler CUDA trace of the 124M run broken into compute / communication / memcpy /
-  idle (labkit.profiling).
+* ``results.json``: the device, torch / CUDA / NCCL versions, and per run its tokens/s, model
+  TFLOP/s per GPU, MFU (labkit.hardware's peak), the planner's peak and static memory against
+  the measured ones (benchmarks/gpu_results.py), the CUDA workspace measured at start-up;
+  rewritten after every step, so a run stopped by its time limit keeps what it measured;
+* ``throughput.png``, ``memory.png``, ``profile.png`` (the 124M run's torch.profiler trace as
+  compute / communication / memcpy / idle);
+* ``runs/NAME/``: each training's config.json, log.txt and torchrun.out (its traceback if it
+  failed); ``failures/STEP.txt``: the traceback of a step of this script that failed.
 
-Record the printed figures in benchmarks/README.md ("GPU check").
+The runs: GPT-2 124M (with the profiler and ``NCCL_DEBUG=INFO``) and a 350M-class GPT (24 layers,
+hidden 1024) at sequence 1024; with two GPUs 124M on DP=2; the out-of-memory demonstration
+under a 12 GB cap: the largest micro batch the planner says fits (it must train) and the
+smallest it says needs >= 20 % more than the cap (it must fail as ``gpu_oom``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+THROUGHPUT_ENV = {"LABKIT_INSTRUMENT": "0", "LABKIT_SAVE_CHECKPOINTS": "0"}
+OOM_CAP_GB = 12.0
+STEP_S = 45.0
+"""What one step (a torchrun start, torch.compile and a short training) is given: a step is
+skipped, and said so in results.json, when less than this is left of ``--budget-s``."""
 
 
 def require_cuda() -> int:
     """0 when torch sees a CUDA device; else a clear message and 2."""
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print(f"gpu-check needs a CUDA GPU and a CUDA build of torch: {sys.executable} has no "
+              f"torch. Run `make gpu-check` on a GPU machine whose python3 has a CUDA torch "
+              f"(or name that interpreter: make gpu-check GPU_PYTHON=/path/to/python3); the CPU "
+              f"checks are `make test`.", file=sys.stderr)
+        return 2
     if torch.cuda.is_available():
         print(f"gpu-check: {torch.cuda.device_count()} CUDA device(s), "
               f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
@@ -52,163 +69,253 @@ def require_cuda() -> int:
     return 2
 
 
-def _run(root: Path, name: str, *, env: dict[str, str] | None = None, **fields) -> Path:
-    """One training run of code/pretrain_gpt.py on this node; returns its run directory."""
+IMPORTS = ("torch", "megatron.core", "ahocorasick_rs", "yaml", "pandas", "matplotlib", "psutil",
+           "tokenizers", "tensorboard", "tqdm", "pytest")
+"""What the GPU check imports: the image's packages, the carried wheels and labkit's own."""
+
+
+def check_imports() -> int:
+    """0 when every module of ``IMPORTS`` imports here; else which do not, and 2."""
+    import importlib
+
+    missing = []
+    for name in IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            missing.append(f"{name} ({exc})")
+    if missing:
+        print(f"gpu-check: {sys.executable} cannot import {'; '.join(missing)}. Add the "
+              f"package to GPU_WHEEL_PINS in the Makefile, run make gpu-wheels where the "
+              f"registry is reachable and carry gpu-wheels/ again.", file=sys.stderr)
+        return 2
+    return 0
+
+
+class Bench:
+    """The steps, their results and failures, written to ``out`` as they come."""
+
+    def __init__(self, out: Path, budget_s: float):
+        from gpu_results import environment
+
+        self.out, self.budget_s, self.t0 = out, budget_s, time.perf_counter()
+        self.doc = {"env": environment(), "runs": {}, "failures": {}, "skipped": [],
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        self.save()
+
+    def save(self) -> None:
+        from gpu_results import write_results
+
+        self.doc["elapsed_s"] = round(time.perf_counter() - self.t0, 1)
+        write_results(self.out, self.doc)
+
+    def step(self, name: str, fn, *args, **kwargs):
+        """Run one step; a failure is kept (traceback in failures/NAME.txt), never raised."""
+        left = self.budget_s - (time.perf_counter() - self.t0)
+        if left < STEP_S:
+            print(f"\n== {name}: skipped, {left:.0f} s left of the {self.budget_s:.0f} s budget")
+            self.doc["skipped"].append(name)
+            self.save()
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - every failure is kept and the next step runs
+            tb = traceback.format_exc()
+            print(f"\n== {name} FAILED:\n{tb}", file=sys.stderr)
+            (self.out / "failures").mkdir(exist_ok=True)
+            (self.out / "failures" / f"{name}.txt").write_text(tb)
+            self.doc["failures"][name] = tb.strip().splitlines()[-1]
+            return None
+        finally:
+            self.save()
+
+    def train(self, name: str, *, env: dict[str, str] | None = None, warmup: int = 0,
+              **fields) -> dict:
+        """One training of code/pretrain_gpt.py on this node; its figures go into results."""
+        from gpu_results import run_result
+
+        from labkit.config import RunConfig
+
+        nproc = fields.pop("nproc", 1)
+        cfg = RunConfig.from_preset(fields.pop("preset"), name=name, nodes=1, gpus_per_node=nproc,
+                                    device="cuda", precision="bf16", attention_backend="flash",
+                                    lr=6e-4, min_lr=6e-5, **fields)
+        run_dir = self.out / "runs" / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        cfg.to_json(run_dir / "config.json")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(nproc), str(REPO / "code" / "pretrain_gpt.py"), "--config",
+               str(run_dir / "config.json"), "--no-resume"]
+        t0 = time.perf_counter()
+        with open(run_dir / "torchrun.out", "w") as out:
+            code = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "OMP_NUM_THREADS": "4",
+                                        "PYTHONUNBUFFERED": "1", **(env or {})})
+        shutil.rmtree(run_dir / "data_cache", ignore_errors=True)
+        result = run_result(run_dir, warmup=warmup, device=self.doc["env"]["device"])
+        result["wall_s"] = round(time.perf_counter() - t0, 1)
+        self.doc["runs"][name] = result
+        print(f"\n== {name}: exit {code} after {result['wall_s']:.0f} s")
+        _print_run(result)
+        return result
+
+
+def _print_run(r: dict) -> None:
+    if r.get("tokens_per_s"):
+        mfu = f"MFU {r['mfu']:.1%}" if r.get("mfu") is not None else "no MFU"
+        print(f"   median iteration {r['median_iteration_ms']:.1f} ms: "
+              f"{r['tokens_per_s']:,.0f} tokens/s, {r['model_tflops_per_gpu']:.1f} TFLOP/s per "
+              f"GPU, {mfu}")
+    if r.get("measured_gb"):
+        m = r["measured_gb"]
+        print(f"   peak memory after iteration {m['after_iteration']}: max allocated "
+              f"{m['max_allocated']:.2f} GB, max reserved {m['max_reserved']:.2f} GB; planner "
+              f"{r['planned_gb']['peak']:.2f} GB ({r['planned_over_measured_peak']:+.1%})")
+    for line in r.get("static_memory_lines", []) + [r.get("workspace_line", "")]:
+        if line:
+            print(f"   {line}")
+    if r.get("diagnosis"):
+        print(f"   diagnosis: {r['diagnosis']}")
+
+
+def oom(bench: Bench) -> None:
+    """The largest micro batch the planner fits under the cap trains; one it says needs >= 20 %
+    more than the cap fails as gpu_oom."""
+    from dataclasses import asdict
+
+    from gpu_results import oom_choice
+
     from labkit.config import RunConfig
 
-    nproc = fields.pop("nproc", 1)
-    cfg = RunConfig.from_preset(fields.pop("preset"), name=name, nodes=1, gpus_per_node=nproc,
-                                device="cuda", precision="bf16", attention_backend="flash",
-                                lr=6e-4, min_lr=6e-5, **fields)
-    run_dir = root / name
-    run_dir.mkdir(parents=True)
-    cfg.to_json(run_dir / "config.json")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           str(nproc), str(REPO / "code" / "pretrain_gpt.py"), "--config",
-           str(run_dir / "config.json")]
-    t0 = time.perf_counter()
-    with open(run_dir / "torchrun.out", "w") as out:
-        code = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                               env={**os.environ, "OMP_NUM_THREADS": "4", **(env or {})})
-    print(f"\n== {name}: exit {code} after {time.perf_counter() - t0:.0f} s ({run_dir})")
-    return run_dir
+    probe = RunConfig.from_preset("gpt2-350m", nodes=1, gpus_per_node=1, device="cuda",
+                                  precision="bf16", attention_backend="flash")
+    choice = oom_choice(probe, OOM_CAP_GB)
+    bench.doc["oom"] = asdict(choice)
+    print(f"\n   under a {OOM_CAP_GB} GB cap the planner fits micro batch {choice.fits} "
+          f"({choice.fits_gb:.2f} GB with its margin) and says {choice.oom} needs "
+          f"{choice.oom_gb:.2f} GB ({choice.oom_gb / choice.cap_gb - 1:+.0%} against the cap)")
+    common = dict(preset="gpt2-350m", memory_limit_gb=OOM_CAP_GB, train_iters=3, log_interval=1,
+                  lr_warmup_iters=1, env=THROUGHPUT_ENV)
+    fits = bench.train("oom_fits_350m", micro_batch_size=choice.fits,
+                       global_batch_size=choice.fits, **common)
+    over = bench.train("oom_350m", micro_batch_size=choice.oom, global_batch_size=choice.oom,
+                       **common)
+    bench.doc["oom"].update(fits_trained=fits["exit_code"] == 0,
+                            oom_diagnosed=over["diagnosis"][:1] == ["gpu_oom"])
+    print(f"   micro batch {choice.fits} trained: {fits['exit_code'] == 0}; micro batch "
+          f"{choice.oom} diagnosed as gpu_oom: {over['diagnosis'][:1] == ['gpu_oom']}")
 
 
-def speed_and_memory(run_dir: Path, warmup: int) -> None:
-    import torch
+def profile(bench: Bench, run: str) -> None:
+    from gpu_results import _save
 
-    from labkit.config import RunConfig
-    from labkit.logs import parse_log
-    from labkit.metrics import mfu, model_flops_per_iteration, tflops_per_gpu
-    from labkit.planner import stage_memory
+    from labkit.plots import plot_profile_breakdown
+    from labkit.profiling import profile_breakdown
 
-    cfg = RunConfig.from_json(run_dir / "config.json")
-    log = parse_log(run_dir / "log.txt")
-    its = log.iterations[log.iterations["iteration"] > warmup]
-    if its.empty:
-        print("   no iterations after the warm-up: see torchrun.out")
-        return
-    ms = statistics.median(its["elapsed_ms"])
-    tflops = tflops_per_gpu(ms, model_flops_per_iteration(cfg), cfg.world_size)
-    device = torch.cuda.get_device_name(0)
-    print(f"   {cfg.num_layers} layers x hidden {cfg.hidden_size}, seq {cfg.seq_length}, micro "
-          f"batch {cfg.micro_batch_size}, global batch {cfg.global_batch_size}, "
-          f"{cfg.world_size} GPU(s)")
-    print(f"   median iteration {ms:.1f} ms over iterations {warmup + 1}-{cfg.train_iters}: "
-          f"{cfg.tokens_per_iteration / (ms / 1e3):,.0f} tokens/s, {tflops:.1f} TFLOP/s per "
-          f"GPU, MFU {mfu(tflops, device=device, precision=cfg.precision):.1%} ({device})")
-    stages = [stage_memory(cfg, r) for r in range(cfg.pp)]
-    peak = max(st.total for st in stages)
-    static = max(st.static for st in stages)
-    if not log.memory.empty:
-        measured = float(log.memory["max_allocated_mb"].max()) * 2**20 / 1e9
-        print(f"   peak memory: planner {peak:.2f} GB, torch.cuda.max_memory_allocated "
-              f"{measured:.2f} GB ({(peak - measured) / measured:+.1%})")
-    for line in (run_dir / "log.txt").read_text().splitlines():
-        if line.startswith("[labkit] static memory"):
-            print(f"   {line[len('[labkit] '):]}")
-    print(f"   static memory (planner, largest stage): {static:.3f} GB")
+    folder = bench.out / "runs" / run / "profile"
+    df = profile_breakdown(folder)
+    bench.doc["profile"] = df.to_dict("records")
+    for row in bench.doc["profile"]:
+        total = row["total_ms"] or 1.0
+        print(f"   profiler, rank {row['rank']} ({row['steps']} steps, {total:.1f} ms): " + ", ".join(
+            f"{k[:-3]} {row[k]:.1f} ms ({row[k] / total:.0%})"
+            for k in ("compute_ms", "communication_ms", "memcpy_ms", "idle_ms")))
+    ax = plot_profile_breakdown(df, normalize=True)
+    _save(ax.figure, bench.out / "profile.png")
+    shutil.rmtree(folder)  # tens of MB of Chrome trace; its breakdown is kept above
 
 
-def oom(root: Path) -> None:
-    """A micro batch the planner rejects under a cap, run under that cap."""
-    import warnings
-
-    from labkit.config import RunConfig
-    from labkit.logs import diagnose
-    from labkit.planner import plan
-
-    cap = 12.0
-    base = dict(preset="gpt2-350m", memory_limit_gb=cap, train_iters=3, log_interval=1,
-                lr_warmup_iters=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        probe = RunConfig.from_preset("gpt2-350m", nodes=1, gpus_per_node=1, device="cuda",
-                                      precision="bf16", attention_backend="flash",
-                                      memory_limit_gb=cap)
-        sizes = [(m, plan(probe.replace(micro_batch_size=m, global_batch_size=m)))
-                 for m in (1, 2, 4, 8, 16, 32, 64)]
-    fits = [m for m, p in sizes if p.fits]
-    over = [(m, p) for m, p in sizes if not p.fits]
-    if not over:
-        print(f"   no micro batch up to 64 exceeds {cap} GB in the plan; skipped")
-        return
-    m, p = over[0]
-    print(f"\n   under a {cap} GB cap the planner says micro batch {max(fits, default=0)} fits "
-          f"and {m} does not (needs {p.required_gb:.1f} GB)")
-    run_dir = _run(root, "oom_350m", micro_batch_size=m, global_batch_size=m, **base)
-    exit_file = run_dir / "exit_code"
-    failures = diagnose(run_dir / "log.txt", exit_code=int(exit_file.read_text())
-                        if exit_file.is_file() else None)
-    kinds = [f.kind for f in failures]
-    print(f"   diagnosis of the run: {kinds or 'nothing'}"
-          f"{' (predicted by the planner)' if kinds[:1] == ['gpu_oom'] else ' (NOT gpu_oom)'}")
-
-
-def nccl(run_dir: Path) -> None:
+def nccl(bench: Bench, run: str) -> None:
     from labkit.logs import parse_log
     from labkit.logs.nccl import summarize
 
-    parsed = parse_log(run_dir / "torchrun.out")
+    parsed = parse_log(bench.out / "runs" / run / "torchrun.out")
     channels = parsed.nccl.to_dict("records")
-    print(f"   NCCL version (from the run's output): {parsed.nccl_version}; transport lines: "
-          f"{len(channels)} {summarize(channels) if channels else '(one GPU: no peers)'}")
+    bench.doc["runs"][run]["nccl"] = {"version_in_log": parsed.nccl_version,
+                                      "transport_lines": len(channels),
+                                      "summary": summarize(channels) if channels else None}
+    print(f"   NCCL (from the run's output): {parsed.nccl_version}; transport lines: "
+          f"{len(channels)}")
 
 
-def profile(run_dir: Path) -> None:
-    from labkit.profiling import profile_breakdown
+def summary(out: Path) -> int:
+    """Print the kept results; 1 when a step or a gpu test failed (pytest.xml), else 0."""
+    if not (out / "results.json").is_file():
+        print(f"gpu-check: no {out}/results.json: the benchmark did not start (see above)")
+        return 1
+    doc = json.loads((out / "results.json").read_text())
+    print(f"\ngpu-check on {doc['env'].get('device')} (torch {doc['env'].get('torch')}, CUDA "
+          f"{doc['env'].get('cuda')}, NCCL {doc['env'].get('nccl')}), in {out}/:")
+    for r in doc["runs"].values():
+        print(f"  {r['name']}: exit {r['exit_code']}")
+        _print_run(r)
+    bad = dict(doc["failures"])
+    xml = out / "pytest.xml"
+    if xml.is_file():
+        import xml.etree.ElementTree as ET
 
-    folder = run_dir / "profile"
-    if not folder.is_dir():
-        print("   no profiler trace")
-        return
-    for row in profile_breakdown(folder).to_dict("records"):
-        total = row["total_ms"] or 1.0
-        parts = ", ".join(f"{k[:-3]} {row[k]:.1f} ms ({row[k] / total:.0%})"
-                          for k in ("compute_ms", "communication_ms", "memcpy_ms", "idle_ms"))
-        print(f"   profiler, rank {row['rank']} ({row['device']}, {row['steps']} steps, "
-              f"{total:.1f} ms): {parts}")
+        suite = ET.parse(xml).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        print(f"  gpu tests: {suite.get('tests')} run, {failed} failed, "
+              f"{suite.get('skipped')} skipped (pytest.txt)")
+        if failed:
+            bad["gpu tests"] = f"{failed} failed"
+    else:
+        bad["gpu tests"] = "no pytest.xml"
+    for name, why in bad.items():
+        print(f"  FAILED {name}: {why}")
+    for name in doc["skipped"]:
+        print(f"  skipped (time budget): {name}")
+    return 1 if bad else 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--require-cuda", action="store_true",
                     help="only check that torch sees a CUDA device (exit 2 if not)")
-    ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "gpu-check",
+                    help="where results.json, the figures and the runs are kept")
+    ap.add_argument("--budget-s", type=float, default=270.0,
+                    help="seconds for all steps; a step is skipped when less than 45 s is left")
+    ap.add_argument("--summary", type=Path, metavar="OUT",
+                    help="print the results kept in OUT and exit 1 if anything failed")
+    ap.add_argument("--check-imports", action="store_true",
+                    help="only check that what the GPU check imports is installed (exit 2 if not)")
     a = ap.parse_args()
+    if a.check_imports:
+        return check_imports()
+    if a.summary:
+        return summary(a.summary)
     code = require_cuda()
     if code or a.require_cuda:
         return code
     import torch
 
-    gpus = torch.cuda.device_count()
-    root = Path(tempfile.mkdtemp(prefix="bench_gpu_"))
-    t0 = time.perf_counter()
-    try:
-        nccl_env = {"NCCL_DEBUG": "INFO"}
-        small = _run(root, "gpt2_124m", preset="gpt2-124m", micro_batch_size=8,
-                     global_batch_size=64, train_iters=30, log_interval=1, lr_warmup_iters=5,
-                     torch_profiler=True, env=nccl_env)
-        speed_and_memory(small, warmup=10)
-        profile(small)
-        nccl(small)
-        medium = _run(root, "gpt2_350m", preset="gpt2-350m", micro_batch_size=8,
-                      global_batch_size=32, train_iters=20, log_interval=1, lr_warmup_iters=5)
-        speed_and_memory(medium, warmup=8)
-        if gpus >= 2:
-            dp = _run(root, "gpt2_124m_dp2", preset="gpt2-124m", micro_batch_size=8,
-                      global_batch_size=64, train_iters=20, log_interval=1, lr_warmup_iters=5,
-                      nproc=2, env=nccl_env)
-            speed_and_memory(dp, warmup=8)
-            nccl(dp)
-        oom(root)
-    finally:
-        if a.keep:
-            print(f"\nrun directories kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    print(f"\nbench_gpu: {time.perf_counter() - t0:.0f} s")
-    return 0
+    bench = Bench(a.out, a.budget_s)
+    nccl_env = {**THROUGHPUT_ENV, "NCCL_DEBUG": "INFO"}
+    small = bench.step("gpt2_124m", bench.train, "gpt2_124m", preset="gpt2-124m",
+                       micro_batch_size=8, global_batch_size=64, train_iters=30, log_interval=1,
+                       lr_warmup_iters=5, torch_profiler=True, env=nccl_env, warmup=10)
+    if small:
+        bench.step("profile", profile, bench, "gpt2_124m")
+        bench.step("nccl", nccl, bench, "gpt2_124m")
+    bench.step("gpt2_350m", bench.train, "gpt2_350m", preset="gpt2-350m", micro_batch_size=8,
+               global_batch_size=32, train_iters=20, log_interval=1, lr_warmup_iters=5,
+               env=THROUGHPUT_ENV, warmup=8)
+    bench.step("oom", oom, bench)
+    if torch.cuda.device_count() >= 2:
+        if bench.step("gpt2_124m_dp2", bench.train, "gpt2_124m_dp2", preset="gpt2-124m",
+                      micro_batch_size=8, global_batch_size=64, train_iters=20, log_interval=1,
+                      lr_warmup_iters=5, nproc=2, env=nccl_env, warmup=8):
+            bench.step("nccl_dp2", nccl, bench, "gpt2_124m_dp2")
+    from gpu_results import write_figures
+
+    bench.step("figures", write_figures, bench.out, bench.doc)
+    print(f"\nbench_gpu: {time.perf_counter() - bench.t0:.0f} s; results in {bench.out}")
+    return 1 if bench.doc["failures"] else 0
 
 
 if __name__ == "__main__":

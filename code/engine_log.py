@@ -92,10 +92,24 @@ class MemoryMeter:
 
         info = psutil.Process().memory_info()
         self._max_vms = max(self._max_vms, info.vms / mb)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-        # ru_maxrss and psutil's RSS are sampled differently; the peak is never below now.
+        peak = _peak_rss_kib() / 1024.0
+        # The peak and psutil's RSS are sampled differently; the peak is never below now.
         return {"allocated": info.rss / mb, "max allocated": max(peak, info.rss / mb),
                 "reserved": info.vms / mb, "max reserved": self._max_vms}
+
+    def reset_peak(self) -> None:
+        """Start the peaks afresh (before the last iteration: its peak is the steady state,
+        with the optimizer's state allocated). CUDA: the allocator's peak statistics; CPU: the
+        kernel's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``) and VmSize."""
+        if self.on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+            return
+        self._max_vms = 0.0
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass  # the peak then stays the run's peak
 
     def line(self, rank: int, iteration: int) -> str:
         m = self.read()
@@ -108,6 +122,18 @@ class MemoryMeter:
         return ("[labkit] memory report on CPU: there is no CUDA allocator, so 'allocated' is the "
                 "process's resident memory (RSS), 'max allocated' its peak RSS, 'reserved' its "
                 "virtual size (VmSize)")
+
+
+def _peak_rss_kib() -> float:
+    """The process's peak resident set in KiB: ``VmHWM`` (resettable), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
 
 
 # --- FLOPs ----------------------------------------------------------------------------------

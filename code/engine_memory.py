@@ -56,6 +56,58 @@ def cuda_env(cfg, on_cuda: bool) -> dict[str, str]:
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if on_cuda and cfg.tp > 1 else {}
 
 
+def cpu_env(on_cuda: bool) -> dict[str, str]:
+    """Environment for a CPU run (``device='cpu'``, the cpu profile) on a host where CUDA is
+    visible: no GPU, so megatron-core and torch take the CPU paths that ``cpu_compat`` prepares
+    (its redirect is only applied where torch sees no CUDA device). Exported before anything
+    asks torch about CUDA; torch reads it once, when it first initialises CUDA."""
+    return {} if on_cuda else {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def run_switch(name: str) -> bool:
+    """An on/off switch of the engine, read from the environment (on unless 0/false/no).
+
+    ``LABKIT_INSTRUMENT``: the lessons' instrumentation (code/engine_timing.py's timeline and
+    tensor-memory accounting, a ``synchronize()`` and a loss read back every iteration); a
+    throughput run sets it to 0, and the loss is then read at log iterations only.
+    ``LABKIT_SAVE_CHECKPOINTS``: checkpoints (periodic and final); 0 for a benchmark.
+    ``LABKIT_FUSIONS``: megatron-core's torch.compile fusions on CUDA (engine_model.fusions).
+    """
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no")
+
+
+WORKSPACE: dict[str, int | None] = {"bytes": None}
+"""What PyTorch's CUDA allocator keeps after a first GEMM forward and backward at start-up
+(``measure_cuda_workspace``): the cuBLAS / cuBLASLt workspaces, one per handle and stream."""
+
+
+def measure_cuda_workspace(dtype: torch.dtype) -> int:
+    """Bytes the allocator keeps after one linear layer (bias: cuBLASLt) and one matmul (cuBLAS)
+    forward and backward in ``dtype`` on this device, their tensors freed: the library
+    workspaces, measured instead of the planner's ``CUDA_WORKSPACES_GB`` guess. Backward runs on
+    autograd's device thread, which has its own cuBLAS handle and so its own workspace."""
+    dev = torch.cuda.current_device()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    x = torch.randn(64, 256, device=dev, dtype=dtype, requires_grad=True)
+    w = torch.randn(256, 256, device=dev, dtype=dtype, requires_grad=True)
+    b = torch.zeros(256, device=dev, dtype=dtype, requires_grad=True)
+    (torch.nn.functional.linear(x, w, b) @ w).float().sum().backward()
+    del x, w, b
+    torch.cuda.synchronize()
+    WORKSPACE["bytes"] = int(torch.cuda.memory_allocated() - before)
+    return WORKSPACE["bytes"]
+
+
+def workspace_line() -> str:
+    from labkit.planner.memory import CUDA_WORKSPACES_GB
+
+    ws = WORKSPACE["bytes"] or 0
+    return (f"[labkit] CUDA workspace measured at start-up: {ws / GB:.6f} GB held by PyTorch's "
+            f"allocator after one GEMM forward and backward (cuBLAS/cuBLASLt workspaces; the "
+            f"planner's start-up memory counts {CUDA_WORKSPACES_GB} GB for them)")
+
+
 def apply_memory_limit(limit_gb: float | None, on_cuda: bool) -> str | None:
     """Cap this process's memory; returns a one-line description (None when no cap).
 
@@ -106,10 +158,13 @@ def static_memory_line(cfg, tp_rank: int, pp_rank: int, iteration: int, on_cuda:
 
     st = stage_memory(cfg, pp_rank)
     planned = st.weights + st.gradients + st.optimizer + st.startup
+    ws = WORKSPACE["bytes"]
+    measured = (f"; CUDA workspace measured at start-up {ws / GB:.6f}"
+                if on_cuda and ws is not None else "")
     return (f"[labkit] static memory on (tensor, pipeline) rank ({tp_rank}, {pp_rank}) after "
             f"iteration {iteration}: {live_tensor_bytes(on_cuda) / GB:.6f} GB in live tensors, "
             f"planner {planned:.6f} GB (weights {st.weights:.6f} + gradients {st.gradients:.6f} "
-            f"+ optimizer {st.optimizer:.6f} + start-up {st.startup:.6f})")
+            f"+ optimizer {st.optimizer:.6f} + start-up {st.startup:.6f}{measured})")
 
 
 def is_oom(exc: BaseException) -> bool:

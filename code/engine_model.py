@@ -58,14 +58,13 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         # megatron's init also marks which weights are TP-sharded (partition_dim/stride);
         # layout_invariant_init then overwrites the values.
         perform_initialization=True,
-        # Fused kernels need CUDA (and Apex/TE); the plain PyTorch paths are the teaching ones.
-        bias_activation_fusion=False,
+        # The fusions that need Apex or Transformer Engine stay off; those megatron-core
+        # compiles itself with torch.compile are on under CUDA (``fusions``).
         masked_softmax_fusion=False,
         persist_layer_norm=False,
-        bias_dropout_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
-        cross_entropy_loss_fusion=False,
+        **fusions(on_cuda),
         init_method_std=0.02,
         # With PP=2 and interleaving, a rank's previous and next stage are the same peer.
         # Batched p2p posts (send prev, recv prev, send next, recv next) and the backend may
@@ -76,6 +75,30 @@ def transformer_config(cfg: Any, on_cuda: bool) -> TransformerConfig:
         # The pipeline frees each sent activation's data (only its autograd graph is needed).
         deallocate_pipeline_outputs=True,
     )
+
+
+def fusions(on_cuda: bool) -> dict[str, Any]:
+    """megatron-core's fused element-wise kernels that need neither Apex nor Transformer Engine:
+    its ``megatron.core.jit.jit_fuser`` is ``torch.compile`` (torch >= 2.2), which generates one
+    Triton kernel per fused function. Bias + GELU (tanh approximation, as Megatron-LM trains;
+    bias + SwiGLU with ``swiglu``), bias + dropout + residual add, and the vocab-parallel cross
+    entropy (``cross_entropy_fusion_impl='native'``). On CUDA only, where the throughput is
+    measured; on CPU the plain PyTorch paths are the ones the lessons read (and Inductor would
+    need a C++ compiler there). ``LABKIT_FUSIONS=0`` turns them off on CUDA, for comparisons."""
+    from engine_memory import run_switch
+
+    on = bool(on_cuda and run_switch("LABKIT_FUSIONS"))
+    return {"bias_activation_fusion": on, "bias_dropout_fusion": on,
+            "cross_entropy_loss_fusion": on, "cross_entropy_fusion_impl": "native"}
+
+
+def fusions_line(tcfg: TransformerConfig) -> str:
+    """Which of ``fusions`` this run uses, for the log."""
+    if not tcfg.bias_activation_fusion:
+        return "fusions: none (plain PyTorch element-wise ops)"
+    act = "SwiGLU" if tcfg.gated_linear_unit else "GELU"
+    return (f"fusions: bias-{act}, bias-dropout-add, cross entropy (megatron-core, torch.compile); "
+            f"none from Apex or Transformer Engine")
 
 
 def p2p_mode(cfg: Any) -> dict[str, bool]:
@@ -127,6 +150,15 @@ def overlap_line(cfg: Any) -> str:
                                              if overlap_param_gather(cfg)
                                              else "synchronous after the optimizer step"))
     return line
+
+
+def init_model_parallel(cfg: Any) -> None:
+    """megatron-core's process groups for this layout, with the engine's collective timeout
+    (``engine_memory.dist_timeout``, as for WORLD; megatron's own default is 30 minutes)."""
+    from engine_memory import dist_timeout
+
+    ps.initialize_model_parallel(cfg.tp, cfg.pp, cfg.vpp if cfg.vpp > 1 else None,
+                                 distributed_timeout_minutes=dist_timeout().total_seconds() / 60)
 
 
 def sync_params(model: list[torch.nn.Module]) -> None:

@@ -27,8 +27,10 @@ def forward_step(data_iterator, model):
     return output, loss_func
 
 
-def mean_loss(losses: list[dict]) -> float | None:
-    """Average 'lm loss' over micro batches and data-parallel replicas (last stage only)."""
+def mean_loss(losses: list[dict], *, as_tensor: bool = False) -> float | torch.Tensor | None:
+    """Average 'lm loss' over micro batches and data-parallel replicas (last stage only).
+
+    ``as_tensor``: a one-element tensor on the device, not read back (no wait for the GPU)."""
     from megatron.core import parallel_state as ps
 
     if not ps.is_pipeline_last_stage(ignore_virtual=True):
@@ -36,6 +38,8 @@ def mean_loss(losses: list[dict]) -> float | None:
     dev = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
     t = torch.stack([d["lm loss"].float() for d in losses]).mean().reshape(1).to(dev)
     torch.distributed.all_reduce(t, group=ps.get_data_parallel_group())
+    if as_tensor:
+        return t / ps.get_data_parallel_world_size()
     return float(t.item()) / ps.get_data_parallel_world_size()
 
 

@@ -74,7 +74,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_step
     import engine_timing
     from engine_attention import layer_spec
-    from engine_memory import apply_memory_limit, static_memory_line
+    from engine_memory import apply_memory_limit, run_switch, static_memory_line, workspace_line
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -82,7 +82,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     rank = torch.distributed.get_rank()
     log = L.RunLog(run_dir)
     # --- distributed init ------------------------------------------------------------------
-    ps.initialize_model_parallel(cfg.tp, cfg.pp, cfg.vpp if cfg.vpp > 1 else None)
+    engine_model.init_model_parallel(cfg)  # with the same timeout as WORLD
     model_parallel_cuda_manual_seed(cfg.seed)
     tp_rank, pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
     dp_rank = ps.get_data_parallel_rank()
@@ -95,6 +95,8 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
         if not on_cuda:
             log.emit(f"[labkit] cpu_compat redirected: {', '.join(cpu_compat.applied())}")
         log.emit(f"[labkit] {layer_spec(cfg)[1]}")
+        if on_cuda:
+            log.emit(workspace_line())
         if cfg.tp > 1:
             log.emit("[labkit] data: TP rank 0 of each tensor-parallel group reads every micro "
                      "batch and broadcasts it to the group")
@@ -109,6 +111,13 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     if rank == 0:
         log.emit(f"[labkit] {engine_model.kernels_line(optimizer)}")
         log.emit(f"[labkit] {engine_model.overlap_line(cfg)}")
+        log.emit(f"[labkit] {engine_model.fusions_line(tcfg)}")
+    instrument, saves = run_switch("LABKIT_INSTRUMENT"), run_switch("LABKIT_SAVE_CHECKPOINTS")
+    if rank == 0 and not instrument:
+        log.emit("[labkit] throughput run (LABKIT_INSTRUMENT=0): no timeline/ or memory/ "
+                 "accounting, losses read back at log iterations only")
+    if rank == 0 and not saves:
+        log.emit("[labkit] no checkpoints (LABKIT_SAVE_CHECKPOINTS=0)")
     # --- data ------------------------------------------------------------------------------
     STATE["phase"] = "data build"
     prefix, tok_dir = engine_data.resolve_data(cfg, REPO_ROOT / "data")
@@ -138,17 +147,21 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     board = L.Board(run_dir / "tb" if logs_iterations else None)
     meter = L.MemoryMeter(on_cuda)
     flops = L.model_flops_per_iteration(cfg)
-    timing = engine_timing.Recorder(cfg, run_dir, model, optimizer, on_cuda, iteration)
-    fwd_bwd = timing.wrap(get_forward_backward_func())  # writes timeline/ and memory/
+    timing = engine_timing.Recorder(cfg, run_dir, model, optimizer, on_cuda, iteration) \
+        if instrument else None
+    fwd_bwd = get_forward_backward_func()
+    fwd_bwd = timing.wrap(fwd_bwd) if timing else fwd_bwd  # writes timeline/ and memory/
     n_chunks = len(model)
     engine_step.ON_CUDA["value"] = on_cuda
     train_iter = [engine_data.tp_batches(train_ds, consumed, cfg.micro_batch_size,
                                          cfg.seq_length, on_cuda) for _ in range(n_chunks)]
     prof = engine_timing.profiler(cfg, rank, run_dir, on_cuda)
     acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
-    memory_reported = False
+    memory_reported, losses_due = 0, []  # the iteration of the first memory report
     with prof or nullcontext():
         while iteration < cfg.train_iters:
+            if memory_reported and iteration == cfg.train_iters - 1:
+                meter.reset_peak()  # the last iteration's own peak: the steady state
             t0 = time.perf_counter()
             STATE.update(phase="forward-backward", iteration=iteration + 1)
             for m in model:
@@ -165,20 +178,26 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                 scheduler.step(increment=1)
             iteration += 1
             consumed += cfg.global_batch_size
-            loss = engine_step.mean_loss(losses)
-            if on_cuda:
+            loss = engine_step.mean_loss(losses, as_tensor=not instrument)
+            logs_now = iteration % cfg.log_interval == 0 or iteration == cfg.train_iters
+            if on_cuda and (instrument or logs_now):
                 torch.cuda.synchronize()
             acc["time"] += time.perf_counter() - t0
             acc["iters"] += 1  # since the last log line (fewer right after a resume)
             if loss is not None:
-                bad = loss != loss or loss in (float("inf"), float("-inf"))
-                acc["nan"] += int(bad)
-                acc["loss"] += 0.0 if bad else loss
-                acc["n"] += 0 if bad else 1
+                losses_due.append(loss)
+            if instrument or logs_now:
+                for value in losses_due:
+                    value = float(value)
+                    bad = value != value or value in (float("inf"), float("-inf"))
+                    acc["nan"] += int(bad)
+                    acc["loss"] += 0.0 if bad else value
+                    acc["n"] += 0 if bad else 1
+                losses_due.clear()
             acc["skipped"] += int(not ok)
             if prof is not None:
                 prof.step()
-            if iteration % cfg.log_interval == 0 or iteration == cfg.train_iters:
+            if logs_now:
                 elapsed = acc["time"] / max(1, acc["iters"])
                 if logs_iterations:
                     avg = acc["loss"] / acc["n"] if acc["n"] else float("nan")
@@ -203,7 +222,9 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                         log.emit(L.MemoryMeter.cpu_note())
                     log.emit(meter.line(rank, iteration))
                     log.emit(static_memory_line(cfg, tp_rank, pp_rank, iteration, on_cuda))
-                memory_reported = True
+                elif memory_reported and iteration == cfg.train_iters and dp_rank == 0:
+                    log.emit(meter.line(rank, iteration))  # peaks of the last iteration alone
+                memory_reported = memory_reported or iteration
                 acc.update(loss=0.0, n=0, time=0.0, iters=0, skipped=0, nan=0)
             if cfg.eval_interval and (iteration % cfg.eval_interval == 0
                                       or iteration == cfg.train_iters):
@@ -213,15 +234,16 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                     for line in L.validation_lines(iteration, val):
                         log.emit(line)
                     board.scalars(iteration, {"lm-loss-validation": val})
-            if (cfg.save_interval and iteration % cfg.save_interval == 0
+            if (saves and cfg.save_interval and iteration % cfg.save_interval == 0
                     and iteration < cfg.train_iters):
                 STATE["phase"] = "checkpoint save"
                 engine_model.sync_params(model)
                 engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler,
                                  layout)
-    timing.close()
+    if timing:
+        timing.close()
     STATE["phase"] = "checkpoint save"
-    if engine_ckpt.latest_iteration(ckpt_root) != iteration:
+    if saves and engine_ckpt.latest_iteration(ckpt_root) != iteration:
         engine_model.sync_params(model)
         d = engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler, layout)
         if rank == 0:
@@ -286,17 +308,28 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     on_cuda = cfg.device == "cuda"
     from engine_log import RunLog
-    from engine_memory import apply_memory_limit, cuda_env, dist_timeout, is_oom, oom_line
+    from engine_memory import (
+        apply_memory_limit,
+        cpu_env,
+        cuda_env,
+        dist_timeout,
+        is_oom,
+        measure_cuda_workspace,
+        oom_line,
+    )
 
     log = RunLog(run_dir)
     code = 0
     try:
         if not on_cuda:
+            os.environ.update(cpu_env(on_cuda))  # a GPU on this host stays unused and unseen
             cpu_compat.apply()
         else:
             os.environ.update(cuda_env(cfg, on_cuda))  # before the CUDA context exists
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             CUDA_CAP[0] = apply_memory_limit(cfg.memory_limit_gb, on_cuda)  # before any tensor
+            measure_cuda_workspace({"fp32": torch.float32, "bf16": torch.bfloat16,
+                                    "fp16": torch.float16}[cfg.precision])
         # A peer that died (OOM, crash) ends the others' collectives within dist_timeout().
         torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo",
                                              timeout=dist_timeout())

@@ -27,6 +27,10 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H100": {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
     # H100 PCIe datasheet: bf16/fp16 756.5 (1513 sparse), fp8 1513, tf32 378, fp32 51.2.
     "H100 PCIE": {"bf16": 756.5, "fp16": 756.5, "fp8": 1513.0, "tf32": 378.0, "fp32": 51.2},
+    # H100 NVL (NVIDIA H100 datasheet, the "H100 NVL" column, per GPU: 94 GB, 350-400 W):
+    # bf16/fp16 1,671 (sparse) -> 835.5 dense, fp8 3,341 -> 1670.5, tf32 835 -> 417.5, fp32 60.
+    # torch names it "NVIDIA H100 NVL"; without this entry it would read as an H100 SXM (989).
+    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "fp8": 1670.5, "tf32": 417.5, "fp32": 60.0},
     # H200 SXM datasheet: the H100 SXM compute (bf16 989, fp8 1979, fp32 67) with more memory.
     "H200": {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
     # GH200 datasheet: the same Hopper GPU, bf16 989 dense.

@@ -176,9 +176,11 @@ from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 import engine_model
 from labkit.config import RunConfig
-ps.initialize_model_parallel(1, 1)
+os.environ["LABKIT_DIST_TIMEOUT_S"] = "123"
+engine_model.init_model_parallel(RunConfig(name="b", nodes=1, gpus_per_node=1))
 model_parallel_cuda_manual_seed(1)
-out = {{}}
+tp_group = ps.get_tensor_model_parallel_group()
+out = {{"tp_timeout_s": tp_group._get_backend(torch.device("cpu")).options._timeout.total_seconds()}}
 for precision in ("bf16", "fp16"):
     cfg = RunConfig(name="b", nodes=1, gpus_per_node=1, device="cuda", precision=precision,
                     num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32,
@@ -220,19 +222,63 @@ def test_bf16_and_fp16_models_are_all_half_and_bf16_runs_forward():
     # Float16Module hands the last stage's per-token loss back in fp32.
     assert r["bf16"]["loss_dtype"] == "torch.float32"
     assert 7.0 < r["bf16"]["loss"] < 10.0  # ~ln(4096) = 8.3 for an untrained model
+    # megatron's model-parallel groups get the engine's timeout (LABKIT_DIST_TIMEOUT_S), not
+    # megatron's 30-minute default
+    assert r["tp_timeout_s"] == 123.0
 
 
-# --- make gpu-check without CUDA -------------------------------------------------------------------
-def test_gpu_check_fails_clearly_without_cuda():
+# --- the GPU path's speed: fusions, switches, the model-parallel timeout ------------------------
+def test_torch_compile_fusions_only_on_cuda(monkeypatch):
+    import engine_model
+
+    names = ("bias_activation_fusion", "bias_dropout_fusion", "cross_entropy_loss_fusion")
+    gpu = _cfg(device="cuda", precision="bf16")
+    for cfg in (gpu, gpu.replace(swiglu=True)):  # bias-GELU and bias-SwiGLU both validate
+        tcfg = engine_model.transformer_config(cfg, on_cuda=True)
+        assert all(getattr(tcfg, n) for n in names), cfg.swiglu
+        assert tcfg.cross_entropy_fusion_impl == "native"  # megatron-core's own, not TE's
+        # the fusions that need Apex or Transformer Engine stay off
+        assert not (tcfg.masked_softmax_fusion or tcfg.gradient_accumulation_fusion
+                    or tcfg.persist_layer_norm)
+    assert engine_model.fusions_line(tcfg).startswith("fusions: bias-SwiGLU, bias-dropout-add")
+    cpu = engine_model.transformer_config(_cfg(), on_cuda=False)
+    assert not any(getattr(cpu, n) for n in names)
+    assert engine_model.fusions_line(cpu) == "fusions: none (plain PyTorch element-wise ops)"
+    monkeypatch.setenv("LABKIT_FUSIONS", "0")
+    assert not any(getattr(engine_model.transformer_config(gpu, on_cuda=True), n) for n in names)
+
+
+def test_megatron_jit_fuser_is_torch_compile():
+    """What the fusions above compile with (megatron-core 0.16: torch.compile for torch >= 2.2)."""
     import torch
+    from megatron.core import jit
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: make gpu-check would run for real")
-    out = subprocess.run(["make", "-s", "gpu-check"], cwd=REPO, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode != 0
-    text = out.stdout + out.stderr
-    assert re.search(r"gpu-check needs a CUDA GPU: torch \S+ sees none", text), text[-2000:]
+    assert jit.jit_fuser is torch.compile
+
+
+def test_engine_switches_and_cpu_env(monkeypatch):
+    from engine_memory import cpu_env, run_switch
+
+    assert cpu_env(on_cuda=False) == {"CUDA_VISIBLE_DEVICES": ""}  # a cpu run hides any GPU
+    assert cpu_env(on_cuda=True) == {}
+    for value, on in (("0", False), ("false", False), ("no", False), ("1", True), ("", True)):
+        monkeypatch.setenv("LABKIT_INSTRUMENT", value)
+        assert run_switch("LABKIT_INSTRUMENT") is on, value
+    monkeypatch.delenv("LABKIT_INSTRUMENT")
+    assert run_switch("LABKIT_INSTRUMENT") is True
+
+
+def test_cpu_peak_memory_restarts_before_the_last_iteration():
+    from engine_log import MemoryMeter
+
+    meter = MemoryMeter(on_cuda=False)
+    block = bytearray(300 * 2**20)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page: resident
+    high = meter.read()["max allocated"]
+    del block
+    meter.reset_peak()
+    low = meter.read()["max allocated"]
+    assert high - low > 250, (high, low)  # MB: the 300 MB block is no longer the peak
 
 
 # --- real trainings: the attention backend changes the engine, not the loss -----------------------

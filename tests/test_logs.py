@@ -168,7 +168,7 @@ def test_interleaved_ranks_keep_their_own_wrapped_pieces():
 # --- the JSON contract -------------------------------------------------------------------------
 def test_json_contract_keys_and_nulls():
     d = parse_log(FIX / "megatron_lm_v1_2020.txt").to_dict()
-    assert list(d) == ["layout", "iterations", "memory", "nccl", "failures"]
+    assert list(d) == ["layout", "iterations", "memory", "nccl", "failures", "findings"]
     assert list(d["layout"]) == ["world_size", "tp", "pp", "dp", "cp"]
     assert list(d["iterations"][0]) == ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr",
                                         "global_batch_size", "consumed_samples", "loss_scale", "grad_norm",

@@ -70,3 +70,9 @@ def test_real_log(name):
         assert sum(f["kind"] == kind for f in failures) == n, kind
     for kind, rank in want["failures"].get("ranks", {}).items():
         assert next(f["rank"] for f in failures if f["kind"] == kind) == rank, kind
+
+    if "findings" in want:
+        found = d["findings"]
+        assert sorted({f["kind"] for f in found}) == want["findings"]["kinds"]
+        if "skipped_steps" in want["findings"]:
+            assert max(f.get("skipped_steps", 0) for f in found) == want["findings"]["skipped_steps"]

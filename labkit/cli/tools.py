@@ -99,7 +99,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog
     frames = (parsed.iterations, parsed.memory, parsed.validation, parsed.params, parsed.nccl)
     return (all(f.empty for f in frames) and not parsed.failure_records and not parsed.args
-            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values()))
+            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values())
+            and not parsed.tools and not parsed.findings)
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -117,10 +118,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
         parsed = {p: parse_log(Path(p)) for p in args.logs}
     empty = [name for name, pl in parsed.items() if _found_nothing(pl)]
     if empty:
-        raise LabkitError(f"no training-log lines in {', '.join(empty)} (no iteration, argument, "
-                          f"memory, NCCL or failure lines): is it a log? Pass a training log, "
-                          f"e.g. runs/<name>/log.txt; a run config is read by labkit check or "
-                          f"labkit plan.")
+        raise LabkitError(f"no training-log lines in {', '.join(empty)} (no line of NCCL, torch, "
+                          f"DeepSpeed, Megatron/NeMo, Hugging Face, Slurm or CUDA): is it a log? "
+                          f"Pass a training log, e.g. runs/<name>/log.txt; a run config is read "
+                          f"by labkit check or labkit plan.")
     if args.json:
         docs = {name: pl.to_dict() for name, pl in parsed.items()}
         show_json(next(iter(docs.values())) if len(docs) == 1 else docs)

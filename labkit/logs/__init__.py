@@ -42,4 +42,6 @@ def summary(p: ParsedLog) -> str:
         out.append(f"FAILURE {f.kind} ({where}line {f.line}): {f.message}\n  hint: {f.hint}")
     if not p.failure_records:
         out.append("failures: none found")
+    for f in p.findings:
+        out.append(f"FINDING {f['kind']} (line {f['line']}): {f['message']}")
     return "\n".join(out)

@@ -48,7 +48,7 @@ _PREFIX = re.compile(
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
     r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
     r"|\s{0,8}(?P<host>[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
-    r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"            # digit, IPv4, all digits,
+    r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
     r"|(?>\s{0,4}\[?" + _TS + r"\]?)(?!\s{0,4}iteration)[ \t:|-]{0,4}"  # a time stamp (not Megatron's)
@@ -57,6 +57,7 @@ _PREFIX = re.compile(
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
     r"|\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| ?[-:|]? )"          # [INFO] , INFO: , ERROR:root:
     r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
+    r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
     r")"
 )

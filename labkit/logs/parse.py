@@ -22,20 +22,15 @@ import pandas as pd
 from labkit.errors import LabkitError
 from labkit.logs import deepspeed, fastscan, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
+from labkit.logs.findings import Seen
+from labkit.logs.frames import ITER_COLUMNS, LAYOUT_KEYS, iterations_frame, layout_of
 from labkit.logs.lines import Line
 from labkit.logs.scan import feed_file, feed_lines
 
-ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
-                "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
-                "samples_per_sec", "tokens_per_sec", "timestamp"]
 MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
                   "max_reserved_mb"]
-LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
 FAILURE_COLUMNS = ["kind", "rank", "line", "message", "hint"]
 NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"]
-_ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
-               "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
-               "context_parallel_size": "cp"}
 _MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
 _CHUNK_ROWS = 20_000  # iteration records are packed into a frame this often
 _FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron._FAST_INT else "float64"
@@ -68,6 +63,11 @@ class ParsedLog:
     parse_errors: int = 0
     """Lines a parser choked on and skipped (0 in every test; see ``first_parse_error``)."""
     first_parse_error: str | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """What the log shows as a whole (findings.py): where a job without iterations stopped, a
+    collapsing fp16 loss scale; ``[{"kind", "line", "message"}]``."""
+    tools: list[str] = field(default_factory=list)
+    """The tools whose lines the log holds (NCCL, torch, DeepSpeed, Megatron, HF, Slurm, CUDA, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``labkit parse --json`` document (DESIGN.md section 5); null where the log is silent."""
@@ -82,19 +82,8 @@ class ParsedLog:
                      "transports": nccl.summarize(_records(channels)),
                      "channels": _records(channels)},
             "failures": [f.to_dict() for f in self.failure_records],
+            "findings": list(self.findings),
         }
-
-
-def _clean(v: Any) -> Any:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return None
-    if hasattr(v, "item"):  # numpy scalar -> python
-        v = v.item()
-    if isinstance(v, float) and v in (float("inf"), float("-inf")):
-        return None  # JSON has no infinity; the DataFrame keeps it
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
-        return v
-    return v
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -139,6 +128,7 @@ class _Collector:
         self.nccl_version: str | None = None
         self.nccl_build: str | None = None
         self.scanner = FailureScanner()
+        self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
         self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
@@ -186,6 +176,7 @@ class _Collector:
         """``n`` iteration lines in the common Megatron format: megatron._FAST's groups as CSV rows
         (``b",".join(match.groups(b""))`` and a newline each, an absent field empty)."""
         self.pack_rows()  # the general path's records stay before these rows
+        self.seen.tools.setdefault("Megatron", 0)
         self.fast_rows.append(csv)
         self.fast_n += n
         if self.fast_n >= _CHUNK_ROWS:
@@ -219,6 +210,7 @@ class _Collector:
     def _safe(self, line: Line) -> None:
         # Never crash on one odd line: count it, keep the first error for the report.
         try:
+            self.seen.observe(line)
             if not self._records(line) or self.scanner.busy:  # a training record is no failure
                 self.scanner.feed(line)
         except (ValueError, OverflowError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
@@ -258,6 +250,8 @@ class _Collector:
                                     "allocated_mb": ds.pop("allocated_mb"),
                                     "max_allocated_mb": ds.pop("max_allocated_mb")})
             ds.pop("rank", None)
+            if "skipped" in ds and self.seen.scale is not None:  # a DeepSpeed step= line
+                ds.setdefault("loss_scale", self.seen.scale)
             self._add_iteration(ds)
             return False
         for fn, attr in ((deepspeed.parse_launcher, "launcher"),):
@@ -285,52 +279,6 @@ class _Collector:
         self.pending.clear()
         for rec in self.steps.numbered_in_order():
             self._add_iteration(rec)
-
-
-def _layout(col: _Collector) -> dict[str, int | None]:
-    lay: dict[str, int | None] = dict(col.layout)
-    for arg, key in _ARG_LAYOUT.items():
-        if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
-            lay[key] = int(col.args[arg])
-    for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
-        if lay.get(key) is None and key in col.launcher:
-            lay[key] = col.launcher[key]
-    ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
-    if lay.get("dp") is None and ws and tp and pp:
-        lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
-    return {k: lay.get(k) for k in LAYOUT_KEYS}
-
-
-def _seq_length(col: _Collector) -> int | None:
-    v = col.args.get("seq_length")
-    return int(v) if v and v.isdecimal() else None
-
-
-def _iterations_frame(col: _Collector, layout: dict[str, int | None]) -> pd.DataFrame:
-    df = col.iterations()
-    df = df.reindex(columns=ITER_COLUMNS + [c for c in df.columns if c not in ITER_COLUMNS])
-    if df.empty:
-        return df
-    sps = df["global_batch_size"] / (df["elapsed_ms"] / 1000.0)
-    df["samples_per_sec"] = df["samples_per_sec"].astype("float64").fillna(sps)
-    seq = _seq_length(col)
-    if seq is not None:
-        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(df["samples_per_sec"] * seq)
-    elif "seq_length" in df:
-        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
-            df["samples_per_sec"] * df["seq_length"])
-    if "tokens_per_gpu_per_sec" in df and layout.get("world_size"):
-        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
-            df["tokens_per_gpu_per_sec"] * layout["world_size"])
-    df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce")
-    for c in ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan"):
-        v = pd.to_numeric(df[c], errors="coerce").astype("float64")
-        finite = v.dropna()
-        if (finite.abs() < 2**53).all() and (finite == finite.round()).all():  # else: keep floats
-            df[c] = v.astype("Int64") if v.isna().any() else v.astype("int64")
-        else:
-            df[c] = v
-    return df.reset_index(drop=True)
 
 
 def _is_file(s: str | Path) -> bool:
@@ -384,10 +332,11 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
 
 
 def _result(col: _Collector, sources: list[str]) -> ParsedLog:
-    layout = _layout(col)
+    layout = layout_of(col)
     failures = rank_failures(col.scanner.failures)
+    its = iterations_frame(col, layout)
     return ParsedLog(
-        iterations=_iterations_frame(col, layout),
+        iterations=its,
         memory=pd.DataFrame(col.memory).reindex(columns=MEMORY_COLUMNS),
         validation=pd.DataFrame(col.validation),
         params=pd.DataFrame(col.params),
@@ -396,4 +345,5 @@ def _result(col: _Collector, sources: list[str]) -> ParsedLog:
         layout=layout, nccl_version=col.nccl_version, nccl_build=col.nccl_build, args=col.args,
         theoretical_memory=col.theory,
         failure_records=failures, sources=sources, parse_errors=col.errors,
-        first_parse_error=col.first_error)
+        first_parse_error=col.first_error, findings=col.seen.findings(len(its), len(failures)),
+        tools=sorted(col.seen.tools))

@@ -30,7 +30,14 @@ TRIGGERS = ("memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "Out Of Memory", "Kill", "SIGKILL",
             "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
             "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length",
-            "world_info=", "{'loss': ", '{"loss": ', "No space", "ENOSPC", "quota", "corrupt")
+            "world_info=", "{'loss': ", '{"loss": ', "No space", "ENOSPC", "quota", "corrupt",
+            # lines of a known tool (findings.TOOL_WORDS): a log of nothing else is still a log
+            "NET/", "torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "eepSpeed",
+            "eepspeed", "sigkill_handler", "egatron", "NeMo", "neox", "transformers", "ccelerate",
+            "slurm", "srun", "SLURM", "Lightning", "torchtitan",
+            # fp16 loss scaling, other training loops' step lines
+            "OVERFLOW", "overflow", "loss scale to", "loss scale from", "inimum loss scale",
+            "loss scale already", "step:", "Step:", "iteration: ")
 SPACES = "\t\x0b\x0c\r "  # a space within a line, ASCII only (the same on str and bytes)
 _SP = f"[{SPACES}]"
 ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"

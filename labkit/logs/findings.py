@@ -1,0 +1,204 @@
+"""What a log shows beyond its records: which tools printed it, how far the job got, and the
+findings no record or failure states.
+
+A log with nothing but NCCL's start-up lines is a job that stopped or hung after (or during)
+NCCL's initialisation: the most important log there is, so it is read, never refused, and the
+finding says where it stopped::
+
+    NCCL initialised on IB (4 HCAs), no iteration logged: the job stopped or hung after
+    initialisation (last line 212)
+
+NCCL's network lines over the versions (2.4 to today)::
+
+    NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>     (HCAs, IB or RoCE)
+    NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:...                       (socket interfaces)
+    Using network IB | Socket | AWS Libfabric, Using internal Network Socket (the chosen network)
+    NET/OFI Selected Provider is efa                                         (libfabric provider)
+    comm 0x55d0 rank 0 nranks 16 cudaDev 0 busId 1b000 - Init COMPLETE       (init finished)
+
+fp16 loss scaling (DeepSpeed, apex, fairseq) prints one line per skipped step::
+
+    [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
+    [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis is 2...
+    [deepspeed] fp16 dynamic loss scale overflow! Skipping step. Attempted loss scale: 4096, ...
+    Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0
+    Reducing dynamic loss scale from 4096.0 to 2048.0 / NOTE: overflow detected, setting loss
+    scale to: 64.0 / Current loss scale already at minimum - cannot decrease scale anymore
+
+Each is a skipped step and the scale after it (DeepSpeed's next ``step=`` record takes it as its
+``loss_scale``; the finding counts the skipped steps, per process, and names the scale); a scale
+that falls to 1 or its minimum is a finding (the loss diverged or the gradients hold inf/nan).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from labkit.logs.lines import Line
+
+# A line of a known tool: (tool, words that only it prints). Checked on lines that reached the
+# parsers (scan.TRIGGERS holds each word, so every path sees the same lines).
+TOOL_WORDS = (
+    ("NCCL", ("NCCL",)),
+    ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
+               "Traceback")),
+    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler")),
+    ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
+    ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
+    ("Slurm", ("slurm", "srun", "SLURM", "CANCELLED", "NODE_FAIL")),
+    ("CUDA", ("CUDA", "cuda", "Xid")),
+    ("trainer", ("step:", "Step:", "Lightning", "torchtitan")),
+)
+_HCA = re.compile(r"\[\d{1,3}\]\s?([\w.-]{1,40}):\d{1,3}/(IB|RoCE)")
+_SOCKET = re.compile(r"\[\d{1,3}\]([\w.-]{1,40}):")
+_NETWORK = re.compile(r"Using (?:internal )?[Nn]etwork ([\w-]{1,40}(?: [A-Z][\w-]{1,40})?)")
+_VIA_NET = re.compile(r" via (?:NET/([\w-]{1,40})|P2P|SHM)")
+_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w{1,40})")
+_SCALE = re.compile(
+    r"[Aa]ttempted loss scale: ([0-9.eE+-]{1,30}), (?:reducing to ([0-9.eE+-]{1,30})|but hysteresis)"
+    r"|[Rr]educing (?:dynamic )?loss scale (?:from ([0-9.eE+-]{1,30}) )?to ([0-9.eE+-]{1,30})"
+    r"|setting loss scale to: ([0-9.eE+-]{1,30})")
+_SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale reached")
+_DS_RANK = re.compile(r"OVERFLOW! Rank (\d{1,6})")
+
+
+def _num(s: str | None) -> float | None:
+    try:
+        return float(s) if s else None
+    except ValueError:
+        return None
+
+
+class Seen:
+    """Facts gathered line by line (``observe``); ``findings`` says them at the end."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, int] = {}  # tool -> first line
+        self.last_line = 0  # the last line of any known tool
+        self.nccl_lines = 0
+        self.hcas: dict[str, str] = {}  # device -> IB | RoCE
+        self.sockets: set[str] = set()
+        self.network: str | None = None
+        self.init_complete = 0
+        self.overflows: dict[Any, int] = {}  # skipped steps per process
+        self.scale: float | None = None  # the loss scale after the last change
+        self.scale_start: float | None = None
+        self.scale_min: float | None = None
+        self.floor_line: int | None = None
+        self.scale_line = 0
+
+    def mark(self, tool: str, lineno: int) -> None:
+        self.tools.setdefault(tool, lineno)
+        self.last_line = max(self.last_line, lineno)
+
+    def observe(self, line: Line) -> None:
+        text = line.text
+        for tool, words in TOOL_WORDS:
+            if any(w in text for w in words):
+                self.mark(tool, line.lineno)
+        if "NCCL" in text or "NET/" in text:
+            self._nccl(text)
+        if "scale" in text:
+            self._scale(line)
+
+    def _nccl(self, text: str) -> None:
+        self.nccl_lines += 1
+        if "NET/IB" in text and "Using" in text:
+            for dev, kind in _HCA.findall(text):
+                self.hcas.setdefault(dev, kind)
+        elif "NET/Socket" in text and "Using" in text:
+            self.sockets.update(_SOCKET.findall(text.split("Using", 1)[1]))
+        if "etwork" in text:
+            m = _NETWORK.search(text)
+            if m:
+                self.network = m.group(1)
+        elif "NET/OFI" in text:
+            m = _OFI.search(text)
+            if m:
+                self.network = f"OFI ({m.group(1)})"
+        if "Init COMPLETE" in text or "Connected all" in text:
+            self.init_complete += 1
+        elif " via " in text:
+            m = _VIA_NET.search(text)
+            if m:
+                self.init_complete += 1  # a channel connected: initialisation got that far
+                self.network = self.network or m.group(1)
+
+    def _scale(self, line: Line) -> None:
+        text = line.text
+        m = _SCALE.search(text)
+        if m is None:
+            if _SCALE_FLOOR.search(text) and self.floor_line is None:
+                self.floor_line = line.lineno
+            return
+        before = _num(m.group(1) or m.group(3))
+        after = _num(m.group(2) or m.group(4) or m.group(5)) or before  # hysteresis: scale kept
+        if after is None:
+            return
+        r = _DS_RANK.search(text)
+        src = (int(r.group(1)) if r else line.rank, line.host)
+        self.overflows[src] = self.overflows.get(src, 0) + 1
+        if self.scale_start is None:
+            self.scale_start = before if before is not None else after
+        self.scale = after
+        self.scale_min = after if self.scale_min is None else min(self.scale_min, after)
+        self.scale_line = line.lineno
+
+    @property
+    def skipped_steps(self) -> int:
+        """fp16 overflow steps skipped (the most any one process reported: every rank skips the same)."""
+        return max(self.overflows.values(), default=0)
+
+    def network_words(self) -> str | None:
+        if self.hcas:
+            kinds = sorted(set(self.hcas.values()))
+            n = len(self.hcas)
+            return f"{'/'.join(kinds)} ({n} HCA{'s' if n != 1 else ''})"
+        if self.sockets:
+            return f"sockets ({', '.join(sorted(self.sockets)[:4])})"
+        return self.network
+
+    def findings(self, iterations: int, failures: int) -> list[dict[str, Any]]:
+        """What to say about the log as a whole: ``[{"kind", "line", "message"}]``."""
+        out: list[dict[str, Any]] = []
+        if iterations == 0 and failures == 0 and self.tools and not self.skipped_steps:
+            out.append(self._stopped())
+        if self.skipped_steps:
+            collapsed = (self.floor_line is not None
+                         or (self.scale_min is not None and self.scale_min <= 1.0))
+            scale = f"{self.scale_start:g} -> {self.scale:g}" if self.scale is not None else "?"
+            if collapsed:
+                out.append({"kind": "loss_scale_collapse", "line": self.floor_line or self.scale_line,
+                            "skipped_steps": self.skipped_steps, "loss_scale": self.scale,
+                            "message": f"fp16 loss scale collapsed ({scale}, {self.skipped_steps} "
+                                       f"overflow steps skipped): the loss diverged or the gradients "
+                                       f"hold inf/nan - lower the learning rate, check the data, or "
+                                       f"train in bf16"})
+            else:
+                out.append({"kind": "fp16_overflow", "line": self.scale_line,
+                            "skipped_steps": self.skipped_steps, "loss_scale": self.scale,
+                            "message": f"{self.skipped_steps} fp16 overflow steps skipped, loss scale "
+                                       f"{scale}"})
+        elif self.floor_line is not None:
+            out.append({"kind": "loss_scale_collapse", "line": self.floor_line,
+                        "message": "fp16 loss scale at its minimum: the loss diverged or the "
+                                   "gradients hold inf/nan"})
+        return out
+
+    def _stopped(self) -> dict[str, Any]:
+        where = f" (last line {self.last_line})"
+        if self.nccl_lines:
+            net = self.network_words()
+            on = f" on {net}" if net else ""
+            if self.init_complete:
+                msg = (f"NCCL initialised{on}, no iteration logged: the job stopped or hung after "
+                       f"initialisation{where}")
+            else:
+                msg = (f"NCCL initialising{on} (no communicator reported Init COMPLETE), no iteration "
+                       f"logged: the job stopped or hung during NCCL initialisation{where}")
+            return {"kind": "stopped_after_init", "line": self.last_line, "message": msg}
+        tools = ", ".join(sorted(self.tools, key=self.tools.__getitem__))
+        return {"kind": "no_iteration", "line": self.last_line,
+                "message": f"{tools} lines, no iteration logged: the job stopped or hung before "
+                           f"training began{where}"}

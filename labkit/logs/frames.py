@@ -1,0 +1,60 @@
+"""The iteration table and the layout of a parsed log, from what the collector (parse.py) gathered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
+                "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
+                "samples_per_sec", "tokens_per_sec", "timestamp"]
+LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
+_ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
+               "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
+               "context_parallel_size": "cp"}
+
+def layout_of(col: Any) -> dict[str, int | None]:
+    lay: dict[str, int | None] = dict(col.layout)
+    for arg, key in _ARG_LAYOUT.items():
+        if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
+            lay[key] = int(col.args[arg])
+    for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
+        if lay.get(key) is None and key in col.launcher:
+            lay[key] = col.launcher[key]
+    ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
+    if lay.get("dp") is None and ws and tp and pp:
+        lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
+    return {k: lay.get(k) for k in LAYOUT_KEYS}
+
+
+def _seq_length(col: Any) -> int | None:
+    v = col.args.get("seq_length")
+    return int(v) if v and v.isdecimal() else None
+
+
+def iterations_frame(col: Any, layout: dict[str, int | None]) -> pd.DataFrame:
+    df = col.iterations()
+    df = df.reindex(columns=ITER_COLUMNS + [c for c in df.columns if c not in ITER_COLUMNS])
+    if df.empty:
+        return df
+    sps = df["global_batch_size"] / (df["elapsed_ms"] / 1000.0)
+    df["samples_per_sec"] = df["samples_per_sec"].astype("float64").fillna(sps)
+    seq = _seq_length(col)
+    if seq is not None:
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(df["samples_per_sec"] * seq)
+    elif "seq_length" in df:
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
+            df["samples_per_sec"] * df["seq_length"])
+    if "tokens_per_gpu_per_sec" in df and layout.get("world_size"):
+        df["tokens_per_sec"] = df["tokens_per_sec"].astype("float64").fillna(
+            df["tokens_per_gpu_per_sec"] * layout["world_size"])
+    df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce")
+    for c in ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan"):
+        v = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        finite = v.dropna()
+        if (finite.abs() < 2**53).all() and (finite == finite.round()).all():  # else: keep floats
+            df[c] = v.astype("Int64") if v.isna().any() else v.astype("int64")
+        else:
+            df[c] = v
+    return df.reset_index(drop=True)

@@ -19,17 +19,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from labkit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from labkit.site import ClusterProfile
 
 LAUNCHERS = ("pdsh", "deepspeed")
 HOST_KEYS = ("name", "address", "slots")
 _HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)\s*(#.*)?$")
 _EXAMPLE = "e.g. {name: node1, address: 10.0.0.11, slots: 8}"
+
+
+class HostsOfSite(Protocol):
+    """What this module reads of a site profile (``labkit.site.ClusterProfile`` has it)."""
+
+    name: str
+    hosts: tuple[dict[str, Any], ...]
+    hostfile: str | None
+    launcher: str
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ def _word(v: Any) -> bool:
     return isinstance(v, str) and bool(v) and len(v) <= 255 and not any(c.isspace() for c in v)
 
 
-def check_hosts(p: ClusterProfile) -> list[str]:
+def check_hosts(p: HostsOfSite) -> list[str]:
     """What is wrong with a profile's ``launcher``, ``hosts`` and ``hostfile`` (one line each)."""
     out = []
     if p.launcher not in LAUNCHERS:
@@ -106,7 +112,7 @@ def parse_hostfile(text: str, source: str = "hostfile") -> list[Host]:
     return hosts
 
 
-def cluster_hosts(cluster: ClusterProfile) -> list[Host]:
+def cluster_hosts(cluster: HostsOfSite) -> list[Host]:
     """A profile's hosts (``hosts``, or its ``hostfile`` read); [] when it has neither."""
     if cluster.hosts:
         return [Host(h["name"], h["slots"], h.get("address") or h["name"]) for h in cluster.hosts]

@@ -8,13 +8,10 @@ quote it in their fixes and the planner sweeps layouts over it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from labkit.errors import ConfigError
 from labkit.validate import text_problem
-
-if TYPE_CHECKING:
-    from labkit.config import RunConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "selective", "full")
@@ -110,7 +107,48 @@ def shown_divisors(n: int) -> str:
     return f"{ds[:SHOWN_DIVISORS]} and {len(ds) - SHOWN_DIVISORS} more"
 
 
-def check(c: RunConfig) -> tuple[list[str], list[str]]:
+class RunFields(Protocol):
+    """What the rules read of a run: ``labkit.config.RunConfig`` (which calls ``check`` when it
+    is built) has these fields and layout properties; ``_types`` reads the integer fields by
+    name."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int | None
+    num_layers_per_virtual_pipeline_stage: int | None
+    sequence_parallel: bool
+    seq_length: int
+    max_position_embeddings: int
+    micro_batch_size: int
+    global_batch_size: int
+    train_iters: int
+    lr: float
+    min_lr: float
+    lr_warmup_iters: int
+    precision: str
+    device: str
+    memory_limit_gb: float | None
+    torch_profiler_ranks: tuple[int, ...]
+    extra: dict[str, Any]
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def tp(self) -> int: ...
+
+    @property
+    def pp(self) -> int: ...
+
+    @property
+    def query_groups(self) -> int: ...
+
+
+def check(c: RunFields) -> tuple[list[str], list[str]]:
     """Every broken rule (with its numbers and a fix), and warnings that do not stop a run."""
     p = _types(c)
     notes: list[str] = []
@@ -176,7 +214,7 @@ def check(c: RunConfig) -> tuple[list[str], list[str]]:
     return p, notes
 
 
-def _rules_without(c: RunConfig, problems: list[str]) -> list[str]:
+def _rules_without(c: RunFields, problems: list[str]) -> list[str]:
     """The layout rules for the fields the type rules accepted: each field a problem names
     (``name=value ...``) takes its default for the arithmetic, and a rule whose message names
     such a field is left out, so no message shows a number the user did not write."""
@@ -206,7 +244,7 @@ _SHORT = {"micro_batch_size": "micro", "global_batch_size": "global",
           "num_layers": "layers", "nodes": "world size", "gpus_per_node": "world size"}
 
 
-def _types(c: RunConfig) -> list[str]:
+def _types(c: RunFields) -> list[str]:
     """Types and ranges first: the arithmetic of the layout rules needs positive ints."""
     p: list[str] = []
     ints = ["nodes", "gpus_per_node", "num_layers", "hidden_size", "num_attention_heads",
@@ -271,7 +309,7 @@ def _types(c: RunConfig) -> list[str]:
     return p
 
 
-def _interleaving(c: RunConfig) -> list[str]:
+def _interleaving(c: RunFields) -> list[str]:
     vs, pp = c.num_layers_per_virtual_pipeline_stage, c.pp
     if not vs:
         return []
@@ -288,7 +326,7 @@ def _interleaving(c: RunConfig) -> list[str]:
     return []
 
 
-def _cpu_only(c: RunConfig) -> list[str]:
+def _cpu_only(c: RunFields) -> list[str]:
     if c.device != "cpu":
         return []
     p = []
@@ -301,7 +339,7 @@ def _cpu_only(c: RunConfig) -> list[str]:
     return p
 
 
-def fused_norms_missing(c: RunConfig) -> list[str]:
+def fused_norms_missing(c: RunFields) -> list[str]:
     """sequence_parallel on CUDA where neither Transformer Engine nor Apex is importable:
     megatron-core's torch LayerNorm refuses it at model build; TE's and Apex's take it."""
     from importlib.util import find_spec

@@ -32,14 +32,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labkit._logging import log
 from labkit.errors import JobFailedError
+from labkit.jobstate import JobLike, JobState
 from labkit.logs import Failure, clean_line, last_progress
-
-if TYPE_CHECKING:
-    from labkit.backends.job import Job, JobState
 
 HANG_HINT = (
     "usual causes: (1) the network interface or a firewall: peers cannot connect, so set "
@@ -167,7 +165,7 @@ class _LogFollower:
 
 
 # --- the ranks' processes and their stacks ---------------------------------------------------
-def rank_processes(job: Job) -> list[tuple[int | None, int]]:
+def rank_processes(job: JobLike) -> list[tuple[int | None, int]]:
     """(rank, pid) of the job's worker processes visible from here (env RANK set by torchrun)."""
     import psutil
 
@@ -235,7 +233,7 @@ def _main_thread(dump: str) -> list[str]:
     return lines or dump.splitlines()
 
 
-def diagnose_hang(job: Job, *, quiet_s: float, last_iteration: int | None,
+def diagnose_hang(job: JobLike, *, quiet_s: float, last_iteration: int | None,
                   follower: _LogFollower | None = None, stacks: bool = True) -> HangReport:
     """The hang report of a running job (see the module docstring)."""
     now = time.time()
@@ -289,7 +287,7 @@ class HangWatchdog:
         self.report: HangReport | None = None
         self.since: float | None = None
 
-    def __call__(self, job: Job, state: JobState) -> None:
+    def __call__(self, job: JobLike, state: JobState) -> None:
         now = time.time()
         if self.since is None:
             self.since = now
@@ -318,7 +316,7 @@ class HangWatchdog:
         raise HangError(report, str(job.state()))
 
     @staticmethod
-    def _save(job: Job, report: HangReport) -> None:
+    def _save(job: JobLike, report: HangReport) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = job.run_dir / f"hang-{stamp}.txt"
         n = 1
@@ -331,7 +329,7 @@ class HangWatchdog:
                                                           default=str))
 
 
-def watch(job: Job, hang_timeout_s: float = 300.0, *, cancel: bool = True,
+def watch(job: JobLike, hang_timeout_s: float = 300.0, *, cancel: bool = True,
           **wait_kwargs: Any) -> JobState:
     """``job.wait(...)`` with a HangWatchdog: raises HangError (after cancelling the job, by
     default) instead of waiting out a hang. ``startup_timeout_s`` in ``wait_kwargs`` allows

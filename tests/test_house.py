@@ -1,4 +1,5 @@
-"""The house rules, checked: no import cycle among labkit's modules, one command line, modules
+"""The house rules, checked: no import cycle among labkit's modules (type-only and function-level
+imports included), only the Slurm client runs Slurm's commands, one command line, modules
 under 400 lines, every RunConfig field documented, and golden JSON for `plan` and `parse`."""
 
 from __future__ import annotations
@@ -23,39 +24,23 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def _imports(path: Path, name: str) -> set[str]:
-    """Every labkit module this one imports, at module level or inside functions; imports under
-    ``if TYPE_CHECKING:`` are left out (they never run)."""
+    """Every labkit module this one imports: at module level, inside functions and under
+    ``if TYPE_CHECKING:`` alike (a type-only import ties two modules as much as any other)."""
     out: set[str] = set()
     is_pkg = path.name == "__init__.py"
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                for a in child.names:
-                    out.add(a.name)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
-                    pkg = pkg[: len(pkg) - (child.level - 1)]
-                    base = ".".join(pkg + ([base] if base else []))
-                for a in child.names:
-                    sub = f"{base}.{a.name}"
-                    out.add(sub if sub in MODULES else base)
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in MODULES else base)
     return {m for m in out if m in MODULES and m != name}
 
 
@@ -84,6 +69,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_type_only_and_function_level_imports_count(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from labkit.config "
+                 "import RunConfig\ndef f():\n    from labkit.site import ClusterProfile\n")
+    assert _imports(f, "labkit.m") == {"labkit.config", "labkit.site"}
 
 
 def test_no_import_cycle_among_labkit_modules():

@@ -1,4 +1,4 @@
-"""Job and JobState: one submitted run, whatever backend runs it.
+"""Job: one submitted run, whatever backend runs it (its ``JobState``: ``labkit.jobstate``).
 
 A Job is recorded in its run directory (``job.json``: id, backend, when), so another process (a
 restarted notebook kernel, ``labkit status``) can load it, and so labkit only ever touches jobs
@@ -19,32 +19,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from labkit.errors import ConfigError, JobFailedError, LabkitError
+from labkit.jobstate import FINISHED, JobState
 from labkit.paths import run_root
 
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    NODE_FAIL = "NODE_FAIL"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def finished(self) -> bool:
-        return self in FINISHED
+__all__ = ["FINISHED", "JOB_FILE", "Job", "JobState", "Watcher", "backend_module"]
 
 
-FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
-                      JobState.OUT_OF_MEMORY, JobState.NODE_FAIL})
 JOB_FILE = "job.json"
 Watcher = Callable[["Job", JobState], None]
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labkit.errors import LabkitError, SubmissionError
-
-if TYPE_CHECKING:
-    from labkit.backends.job import Job
+from labkit.jobstate import JobLike
 
 
 class NotOwnedError(LabkitError):
@@ -56,7 +53,7 @@ def _inside(d: Path, root: Path) -> bool:
     return d != root
 
 
-def verify_owned(job: Job, roots: list[Path] | None = None, *, allow_root: bool = False) -> None:
+def verify_owned(job: JobLike, roots: list[Path] | None = None, *, allow_root: bool = False) -> None:
     """Raise NotOwnedError unless ``job`` is the caller's own labkit job (see the module).
     ``allow_root``: root may act on any user's record (an instructor's class-wide commands);
     the run-root check still applies."""
@@ -79,7 +76,7 @@ def verify_owned(job: Job, roots: list[Path] | None = None, *, allow_root: bool 
                             f"under it (set LABKIT_RUN_ROOT if you moved it)")
 
 
-def owned(job: Job, roots: list[Path] | None = None) -> bool:
+def owned(job: JobLike, roots: list[Path] | None = None) -> bool:
     """``verify_owned`` as a yes/no (for listings that leave other records out)."""
     try:
         verify_owned(job, roots)
@@ -88,7 +85,7 @@ def owned(job: Job, roots: list[Path] | None = None) -> bool:
     return True
 
 
-def live_state(job: Job) -> str | None:
+def live_state(job: JobLike) -> str | None:
     """The job's state when it is PENDING or RUNNING, else None (finished, or unknown)."""
     try:
         st = str(job.state())
@@ -97,7 +94,7 @@ def live_state(job: Job) -> str | None:
     return st if st in ("PENDING", "RUNNING") else None
 
 
-def refuse_if_live(job: Job, run_dir: str | Path | None = None, doing: str = "move it aside") -> None:
+def refuse_if_live(job: JobLike, run_dir: str | Path | None = None, doing: str = "move it aside") -> None:
     """Raise SubmissionError when ``job`` (the one holding ``run_dir``) is PENDING or RUNNING:
     the message names the job and how to wait for it or cancel it."""
     st = live_state(job)

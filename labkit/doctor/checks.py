@@ -19,7 +19,7 @@ from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
 from labkit.slurmcli import SlurmError
 
 if TYPE_CHECKING:
-    from labkit.doctor.preflight import Context
+    from labkit.doctor.context import Context
 
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 30.0
 NOFILE_WANT = 4096

@@ -13,7 +13,7 @@ from labkit.doctor.fit import class_fit, node_slots, partition_nodes
 from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
 
 if TYPE_CHECKING:
-    from labkit.doctor.preflight import Context
+    from labkit.doctor.context import Context
 
 DATA_FILES = (("bin", "dataset .bin"), ("idx", "dataset .idx"), ("vocab", "tokenizer vocab.json"),
               ("merges", "tokenizer merges.txt"))

@@ -1,0 +1,53 @@
+"""A job's state, and what the modules that watch or guard a job read of it.
+
+``JobState`` is labkit's state of a job on any backend (each backend maps its own states to
+these). ``JobLike`` is the face of ``labkit.backends.job.Job`` that the hang watchdog and the
+ownership checks use; they take a job as it is given and import nothing from
+``labkit.backends``, so the job module can import them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NODE_FAIL = "NODE_FAIL"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+
+FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
+                      JobState.OUT_OF_MEMORY, JobState.NODE_FAIL})
+
+
+class JobLike(Protocol):
+    """A labkit job: its record's fields, its log, and the three things one does with it."""
+
+    job_id: str
+    name: str
+    run_dir: Path
+    backend: str
+    info: dict[str, Any]
+
+    @property
+    def log_path(self) -> Path: ...
+
+    def state(self) -> JobState: ...
+
+    def cancel(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None, progress: bool = True,
+             **kwargs: Any) -> JobState: ...

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 # --- iteration lines --------------------------------------------------------------------------
-_ITER = re.compile(r"(?:^|\s)iteration\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
+_ITER = re.compile(r"(?:^|\s)iteration:?\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
 _TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]")
 
 # label (lower case, spaces collapsed) -> (column, scale)
@@ -47,6 +47,17 @@ FIELDS: dict[str, tuple[str, float]] = {
     "samples/sec": ("samples_per_sec", 1.0),  # gpt-neox
     "tokens per gpu per second (tgs)": ("tokens_per_gpu_per_sec", 1.0),
     "actual seqlen": ("seq_length", 1.0),
+    # nanotron (``iteration: 1 / 100 | consumed_tokens: 262K | elapsed_time_per_iteration_ms: 6.53K``)
+    "elapsed time per iteration ms": ("elapsed_ms", 1.0),
+    "tokens per sec": ("tokens_per_sec", 1.0),
+    "tokens per sec per gpu": ("tokens_per_gpu_per_sec", 1.0),
+    "model tflops per gpu": ("tflops_per_gpu", 1.0),
+    "lr": ("lr", 1.0),
+    # NeMo 2 / Lightning (``Training epoch 0, iteration 0/99 | lr: 1.5e-07 | global_step: 0 |
+    # reduced_train_loss: 11.03 | train_step_timing in s: 12.6 | consumed_samples: 256``)
+    "reduced train loss": ("lm_loss", 1.0),
+    "train step timing in s": ("elapsed_ms", 1000.0),
+    "global step": ("global_step", 1.0),
 }
 # A line hard-wrapped inside a label ("number of skipped" / "iterations: 0") is joined without a
 # space, so labels are also looked up with their spaces removed.
@@ -57,12 +68,21 @@ _UNIT_SCALE = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "
 _INT_COLUMNS = ("iteration", "train_iters", "global_batch_size", "consumed_samples", "skipped", "nan")
 
 
+_HUMAN = {"K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15}
+
+
 def _num(value: str) -> float | None:
     value = value.strip()
     try:
         return float(value)
     except ValueError:
-        return None
+        pass
+    if len(value) > 1 and value[-1] in _HUMAN:  # nanotron's human format: 262K, 6.53K, 1.2M
+        try:
+            return float(value[:-1]) * _HUMAN[value[-1]]
+        except ValueError:
+            return None
+    return None
 
 
 def _label(text: str) -> str:
@@ -122,7 +142,8 @@ def _parse_general(text: str) -> dict[str, Any] | None:
             continue
         label, _, value = part.rpartition(":")
         key = _label(label)
-        field = FIELDS.get(key) or _FIELDS_JOINED.get(key.replace(" ", ""))
+        field = (FIELDS.get(key) or FIELDS.get(key.replace("_", " "))
+                 or _FIELDS_JOINED.get(key.replace(" ", "")))
         if field is not None:
             v = _num(value)
             if v is not None:
@@ -135,6 +156,8 @@ def _parse_general(text: str) -> dict[str, Any] | None:
             v = _num(value)  # extra losses come and go (load balancing, MTP, z-loss)
             if v is not None:
                 rec[key.replace(" ", "_").replace("-", "_")] = v
+    if "global_step" in rec:  # Lightning's step counts across epochs; its iteration restarts per epoch
+        rec["iteration"] = rec.pop("global_step")
     for k in _INT_COLUMNS:
         if k in rec and math.isfinite(rec[k]) and abs(rec[k]) < 2**53:  # NaN / inf / junk stay float
             rec[k] = int(rec[k])
@@ -143,7 +166,8 @@ def _parse_general(text: str) -> dict[str, Any] | None:
 
 def is_incomplete_iteration(text: str) -> bool:
     """A Megatron iteration line always ends with ``|``; without it the line was hard-wrapped."""
-    return "iteration" in text and not text.rstrip().endswith("|") and _ITER.search(text) is not None
+    return ("iteration" in text and not text.rstrip().endswith("|") and "iteration:" not in text
+            and "global_step" not in text and _ITER.search(text) is not None)
 
 
 # --- validation / test lines ------------------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.logs import deepspeed, fastscan, megatron, nccl
+from labkit.logs import deepspeed, fastscan, loops, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.findings import Seen
 from labkit.logs.frames import ITER_COLUMNS, LAYOUT_KEYS, iterations_frame, layout_of
@@ -233,6 +233,14 @@ class _Collector:
                 if sink is self.params and line.rank is not None:
                     r.setdefault("rank", line.rank)
                 sink.append(r)
+                return True
+        if "tep:" in text:
+            rec = loops.parse_step_line(text)
+            if rec is not None:
+                mem = rec.pop("_memory", None)
+                if mem is not None:
+                    self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
+                self._add_iteration(rec)
                 return True
         ch = nccl.parse_channel(text)
         if ch is not None:

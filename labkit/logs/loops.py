@@ -1,0 +1,60 @@
+"""Step lines of training loops that print ``key: value`` pairs after a step counter.
+
+    torchtitan (2024-2026, colours dropped by lines.py):
+        ``step:  1  loss: 12.2482  grad_norm:  4.0921  memory: 42.11GiB(44.33%)  tps: 1,234
+        tflops: 31.16  mfu: 3.15%`` (older: ``wps: 1,234`` for tps, no grad_norm / tflops)
+    picotron:
+        ``Step: 1     | Loss: 11.0160 | Time/step: 812.30ms | Global batch size:   1.05M |
+        Tokens/s:  28.21K | Tokens/s/GPU:   3.53K | Tokens:   1.05M/10.00B | MFU: 11.22% |
+        Memory usage:  13.65GB`` (earlier versions separate the pairs with ``, ``)
+
+The line must start with the counter (after the prefixes lines.py removes) and name a loss; the
+pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
+tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
+``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU. Memory becomes a memory row: torchtitan
+prints its peak reserved memory in GiB, picotron ``torch.cuda.memory_reserved() / 1e9`` (GB).
+nanotron's and NeMo 2's lines have the ``|`` fields of Megatron's and are read in megatron.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
+_PAIR = re.compile(r"([A-Za-z][\w /.-]{0,40}?):\s{0,12}([-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+                   r"\s{0,2}([KMGBT%]|GiB|GB|MiB|MB|ms|s)?(?![\w.])")
+_SCALE = {"K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+# label (lower case) -> column
+_KEYS = {"loss": "lm_loss", "lr": "lr", "grad_norm": "grad_norm", "gradnorm": "grad_norm",
+         "tps": "tokens_per_gpu_per_sec", "wps": "tokens_per_gpu_per_sec",
+         "tokens/s/gpu": "tokens_per_gpu_per_sec", "tokens/s": "tokens_per_sec",
+         "tflops": "tflops_per_gpu", "mfu": "mfu", "time/step": "elapsed_ms",
+         "memory": "memory", "memory usage": "memory"}
+_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+
+
+def parse_step_line(text: str) -> dict[str, Any] | None:
+    """A torchtitan or picotron step line -> an iteration record (``_memory``: column, MiB), or None."""
+    m = _START.match(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {"iteration": int(m.group(1))}
+    for label, value, unit in _PAIR.findall(text, m.end()):
+        col = _KEYS.get(label.strip().lower())
+        if col is None or col in rec:
+            continue
+        try:
+            v = float(value.replace(",", ""))
+        except ValueError:
+            continue
+        if col == "memory":
+            if unit in _MIB:  # torchtitan's GiB are its peak reserved memory, picotron's GB now reserved
+                rec["_memory"] = ("max_reserved_mb" if unit == "GiB" else "reserved_mb", v * _MIB[unit])
+            continue
+        if unit in _SCALE:
+            v *= _SCALE[unit]
+        elif col == "elapsed_ms" and unit == "s":
+            v *= 1000.0
+        rec[col] = v
+    return rec if "lm_loss" in rec else None

@@ -330,6 +330,18 @@ def check_max_micro_batch(answer: Any, *, peak_gb_by_micro_batch: dict[int, floa
                    f"<= {limit_gb:.2f} GB; the next size up does not fit.", answer, want)
 
 
+def check_time_from_flops(answer: Any, *, base: Any, option: Any,
+                          rel_tol: float = 0.01) -> CheckResult:
+    """How many times ``base``'s iteration time ``option`` takes if time followed the planner's
+    hardware FLOPs per iteration (recompute counts its second forward pass)."""
+    from labkit.planner import plan
+
+    want = plan(option).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration
+    return check_value("time_factor", answer, want, rel_tol=rel_tol, hint=(
+        "Time that follows FLOPs grows by the same factor as the FLOPs: compare the two runs' "
+        "hardware FLOPs per iteration (a factor, 1 = no change)."))
+
+
 def check_value(name: str, answer: Any, expected: Any, *, hint: str,
                 rel_tol: float = 0.05) -> CheckResult:
     """A generic check: a number within ``rel_tol`` (or an exact match for anything else).

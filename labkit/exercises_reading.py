@@ -48,7 +48,8 @@ def check_crossing_axis(answer: Any, *, tp: int, pp: int, nodes: int,
 
 # Remedies for the phases of a profiler breakdown, and the phase each one shortens.
 REMEDIES = {
-    "more_ranks": ("compute", "spread the matmuls over more ranks (a larger DP or TP)"),
+    "more_ranks": ("compute", "split the same global batch over more ranks (strong scaling: a "
+                              "larger DP or TP), so that each rank computes less"),
     "bf16": ("compute", "train in bf16 on GPUs: tensor cores run faster matmuls"),
     "overlap": ("communication", "overlap the gradient all-reduce with the backward pass"),
     "tp_inside_node": ("communication", "keep the chattiest groups on the fast link inside a node"),

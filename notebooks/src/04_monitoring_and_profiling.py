@@ -91,24 +91,20 @@ plt.show()
 # where the rank waits).
 
 # %%
-print(sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())[:10])
-
-# %%
 from labkit.profiling import profile_breakdown
 
-breakdown = profile_breakdown(job.run_dir / "profile")
-breakdown
-
-# %%
-from labkit.plots import plot_profile_breakdown
-
-plot_profile_breakdown(breakdown, normalize=True)
-plt.show()
+trace_files = sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())
+print(trace_files[:10])
+breakdown = profile_breakdown(job.run_dir / "profile")  # read now, shown after your prediction
+print(f"the trace holds {len(breakdown)} rank(s) of the run's {cfg.world_size}: "
+      f"{', '.join(str(r) for r in breakdown['rank'])}")
 
 # %% [markdown]
-# **Exercise 04.1**: read your breakdown above. Which phase takes the largest share of the
-# profiled time, summed over the ranks (`"compute"`, `"communication"`, `"memcpy"` or
-# `"idle"`)? And which of the remedies listed below would shrink that phase?
+# **Exercise 04.1** (predict, then look): the breakdown is read but not shown yet. From what
+# you know of this run (a tiny model, ranks sharing this machine's cores, the gradient
+# all-reduce every iteration), which phase do you expect to take the largest share of the
+# profiled time, summed over the ranks: `"compute"`, `"communication"`, `"memcpy"` or `"idle"`?
+# And which of the remedies listed below would shrink that phase?
 
 # %%
 from labkit.exercises_reading import REMEDIES
@@ -125,19 +121,28 @@ remedy = {"compute": "more_ranks", "communication": "overlap", "memcpy": "pinned
 reading = check_profile_reading(phase, remedy, breakdown=breakdown)
 
 # %% [markdown]
-# What your trace says, in numbers (rank by rank, the share of each phase):
+# Your trace, phase by phase and rank by rank:
 
 # %%
+from IPython.display import display
+
+from labkit.plots import plot_profile_breakdown
+
+display(breakdown)
+plot_profile_breakdown(breakdown, normalize=True)
+plt.show()
 parts = ["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]
 shares = breakdown.set_index("rank")[parts].div(breakdown.set_index("rank")[parts].sum(axis=1),
                                                 axis=0)
 print(shares.rename(columns=lambda c: c.removesuffix("_ms")).round(2).to_string())
 top = shares.mean().idxmax().removesuffix("_ms")
 print(f"\n{top} dominates this run ({shares.mean().max():.0%} of the profiled time on average). "
-      f"The trace covers {cfg.nodes} node(s) x {cfg.gpus_per_node} rank(s) of a "
-      f"{'CPU (gloo)' if cfg.device == 'cpu' else 'GPU'} run: on the local backend the ranks "
-      f"share this machine's cores, so waiting for a busy core shows up as communication or "
-      f"idle time, not only the bytes moved.")
+      f"The trace covers rank(s) {', '.join(str(r) for r in breakdown['rank'])} of the run's "
+      f"{cfg.world_size} ({cfg.nodes} node(s) x {cfg.gpus_per_node}) in a "
+      f"{'CPU (gloo)' if cfg.device == 'cpu' else 'GPU'} run"
+      + (": on the local backend the ranks share this machine's cores, so waiting for a busy "
+         "core shows up as communication or idle time, not only the bytes moved."
+         if backend == "local" else "."))
 
 # %% [markdown]
 # ## 4 One training step's memory, by category

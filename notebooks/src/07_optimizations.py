@@ -47,6 +47,8 @@ print(plan(base).summary())
 # profile), component by component.
 
 # %%
+from IPython.display import display
+
 if profile == "gpu":
     fp32 = base.replace(name=f"{run_prefix}_fp32", precision="fp32")
     runs_mp = [launch(base, cluster=cluster), launch(fp32, cluster=cluster)]
@@ -58,7 +60,10 @@ parts = pd.DataFrame({prec: plan(gpu_twin.replace(precision=prec)).first_stage.t
                       for prec in ("fp32", "bf16")})
 parts["bf16 / fp32"] = parts["bf16"] / parts["fp32"]
 print("GB per GPU (first pipeline stage; startup: buffers allocated at start-up)")
-parts.round(3)
+display(parts.round(3))
+print(f"logits x{parts.loc['logits', 'bf16 / fp32']:.2f} in bf16: the loss works on an fp32 copy "
+      f"of the logits (4 bytes a value) in both runs, and in bf16 the output layer's 2-byte "
+      f"logits live beside it: 4 + 2 bytes against 4.")
 
 # %% [markdown]
 # ## 2 Gradient accumulation
@@ -80,7 +85,18 @@ recompute = base.replace(name=f"{run_prefix}_recompute", recompute_granularity="
 for c in (base, recompute):
     p = plan(c)
     print(f"{c.name}: activations {p.first_stage.activations:.4f} GB, "
-          f"hardware FLOPs {p.hardware_flops_per_iteration / 1e9:.1f} GFLOP/iteration")
+          f"hardware FLOPs {p.hardware_flops_per_iteration / 1e9:.3f} GFLOP/iteration")
+
+# %% [markdown]
+# **Exercise 07.1** (predict): if an iteration's time followed its FLOPs, how many times the
+# baseline's iteration time would the recompute run take? Work it out from the two FLOP counts
+# just printed; section 6 measures it.
+
+# %%
+from labkit.exercises import FIXME, check_time_from_flops
+
+flops_ratio = plan(recompute).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration  # EXERCISE: a factor
+predicted_slowdown = check_time_from_flops(flops_ratio, base=base, option=recompute).value
 
 # %% [markdown]
 # ## 4 Distributed optimizer
@@ -94,7 +110,7 @@ for c in (base, distopt):
     print(f"{c.name}: optimizer state {plan(c).first_stage.optimizer * 1e3:.2f} MB per rank")
 
 # %% [markdown]
-# ## 5 Exercise 07.1: which option fits a budget?
+# ## 5 Exercise 07.2: which option fits a budget?
 #
 # Take the GPU run of section 1 (GPT-2 124M in bf16, 2 nodes x 8 GPUs, DP=16) and its memory
 # per GPU by component below. You are given a memory budget per GPU that it exceeds. **Predict**
@@ -147,10 +163,23 @@ for j, c in zip(jobs, (base, accum, recompute, distopt)):
     r = parse_run(j.run_dir)
     rows.append({"run": c.name, "iteration_ms": steady_median(r.iterations),
                  "final_loss": float(r.iterations["lm_loss"].iloc[-1]),
-                 "peak_rss_mb": float(r.memory["max_allocated_mb"].max()),
+                 "peak_mb": float(r.memory["max_allocated_mb"].max()),
                  "planned_peak_mb": plan(c).peak_gb * 1e3})
 table = pd.DataFrame(rows).set_index("run")
-table
+if base.device == "cpu":  # the log's "max allocated" is the process's peak RSS on CPU
+    table = table.rename(columns={"peak_mb": "peak_rss_mb"})
+display(table)
+t0 = table.loc[base.name, "iteration_ms"]
+for c in (accum, recompute, distopt):
+    print(f"{c.name}: {table.loc[c.name, 'iteration_ms'] / t0 - 1:+.0%} time against the baseline")
+measured_slowdown = table.loc[recompute.name, "iteration_ms"] / t0
+print(f"recompute: measured x{measured_slowdown:.2f} the baseline's time; its FLOPs predicted "
+      f"x{predicted_slowdown:.2f} (exercise 07.1). "
+      + ("Time grew more than the FLOPs: the recomputed forward pass also pays each operator's "
+         "fixed overhead, which a FLOP count leaves out." if measured_slowdown > predicted_slowdown
+         * 1.05 else "Time grew about as the FLOPs did." if measured_slowdown >= predicted_slowdown
+         * 0.95 else "Time grew less than the FLOPs (timing noise on a shared machine, or "
+         "compute was not what limited the run)."))
 
 # %% [markdown]
 # On CPU the measured peak is the process's resident memory (RSS), which includes the Python
@@ -176,7 +205,7 @@ for j, c in zip(jobs, (base, accum, recompute, distopt)):
         print(f"{j.name}: no memory/ folder (a run made before the engine counted its tensors; "
               f"launch it with reuse=False to measure it)")
 fig, axes = plt.subplots(1, max(1, len(have)), figsize=(4.2 * max(1, len(have)), 3.8),
-                         squeeze=False)
+                         squeeze=False, sharey=True)
 for ax, (j, c) in zip(axes[0], have):
     mem_cmp = compare_memory(c, load_memory(j.run_dir))
     plot_memory_components(mem_cmp, ax=ax)
@@ -189,6 +218,25 @@ for ax, (j, c) in zip(axes[0], have):
           f"{pred['activations_mb']:6.2f}), optimizer {meas['optimizer_mb']:5.2f} MB (planned "
           f"{pred['optimizer_mb']:5.2f})")
 fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Memory against time**, each option a point: measured (filled) and planned (hollow: the
+# planner's tensors, at the baseline's time scaled by the option's FLOPs), on the same axes.
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 4))
+for (j, c), color in zip(have, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+    meas = compare_memory(c, load_memory(j.run_dir))
+    meas_mb = meas[meas["source"] == "measured"]["total_mb"].iloc[0]
+    plan_mb = plan(c).peak_gb * 1e3
+    plan_ms = t0 * plan(c).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration
+    ax.scatter(table.loc[c.name, "iteration_ms"], meas_mb, color=color, label=c.name)
+    ax.scatter(plan_ms, plan_mb, facecolors="none", edgecolors=color)
+    ax.plot([plan_ms, table.loc[c.name, "iteration_ms"]], [plan_mb, meas_mb], color=color, lw=0.6)
+ax.set_xlabel("iteration time (ms)")
+ax.set_ylabel("tensor memory per rank (MB)")
+ax.legend(fontsize=8)
 plt.show()
 
 # %%

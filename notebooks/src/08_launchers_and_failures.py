@@ -187,13 +187,16 @@ assert (startups["state"] == "COMPLETED").all() and (startups["world size"] == w
 # latest complete checkpoint and carries on from there.
 
 # %%
-from labkit.lab import launch, wait_for_iteration
+from labkit.lab import launch, shown, wait_for_iteration
+from labkit.logs import parse_log
 
 job = launch(cfg, cluster=cluster, reuse=False, wait=False)
 seen = wait_for_iteration(job, kill_at)
 job.cancel()
 state = job.wait(progress=False)
-print(f"cancelled at iteration >= {seen}: {state}")
+last = int(parse_log(job.log_path).iterations["iteration"].max())
+print(f"asked to cancel at iteration {kill_at}; the log showed iteration {seen} when the cancel "
+      f"went out, and the last iteration logged is {last}: {state}")
 assert str(state) == "CANCELLED", state
 
 # %%
@@ -214,7 +217,7 @@ assert ckpts, "the run should have saved at least one checkpoint before it was k
 resumed = launch(cfg, cluster=cluster, resume=True, wait=False)
 resumed.wait(hang_timeout=hang_timeout)
 assert resumed.state() == "COMPLETED", resumed.tail(30)
-print([ln for ln in resumed.tail(400).splitlines() if "resumed from" in ln][-1])
+print(shown([ln for ln in resumed.tail(400).splitlines() if "resumed from" in ln][-1]))
 
 # %%
 from labkit.logs import parse_log
@@ -222,6 +225,11 @@ from labkit.logs import parse_log
 its = parse_log(resumed.log_path).iterations
 restarts = its[its["iteration"].diff() <= 0]
 print("iteration numbers restart at:", restarts["iteration"].tolist())
+twice = sorted(its.loc[its["iteration"].duplicated(), "iteration"].astype(int).unique())
+if twice:
+    print(f"iterations {twice[0]}..{twice[-1]} ran twice ({len(twice)} iterations): done before the "
+          f"cancel, after the last checkpoint, and redone after the resume. That is what a "
+          f"preemption costs with save_interval={cfg.save_interval}.")
 assert int(its["iteration"].max()) == train_iters
 
 # %% [markdown]
@@ -234,7 +242,7 @@ from labkit.logs import diagnose
 
 cancelled = diagnose(job.log_path, exit_code=job.exit_code(), job_state="CANCELLED")
 for f in cancelled[:2]:
-    print(f"{f.kind}: {f.message}\n  hint: {f.hint}")
+    print(shown(f"{f.kind}: {f.message}\n  hint: {f.hint}"))
 # the cancel is the cause; the SIGTERM it sent shows up in the log as a consequence
 assert cancelled[0].kind == "cancelled", [f.kind for f in cancelled]
 
@@ -276,7 +284,7 @@ check_diagnosis(cause, failures=failures);
 
 # %%
 for f in failures[:3]:
-    print(f"{f.kind} (rank {f.rank}, line {f.line}): {f.message}\n  hint: {f.hint}")
+    print(shown(f"{f.kind} (rank {f.rank}, line {f.line}): {f.message}\n  hint: {f.hint}"))
 assert str(bad.state()) == "FAILED" and failures, (bad.state(), failures)
 
 # %% [markdown]

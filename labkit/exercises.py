@@ -134,8 +134,8 @@ def _unfilled(name: str, reference: Any = None, **answers: Any) -> CheckResult |
     left = [k for k, v in answers.items() if _holds_fixme(v)]
     if not left:
         return None
-    return _finish(name, [f"{', '.join(left)} still FIXME: replace FIXME with your answer "
-                          f"and re-run the cell."], "", reference=reference)
+    return _finish(name, [f"not answered yet: {', '.join(left)} still FIXME: replace FIXME with "
+                          f"your answer and re-run the cell."], "", reference=reference)
 
 
 def _is_int(v: Any) -> bool:

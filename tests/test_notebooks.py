@@ -141,3 +141,27 @@ def test_solved_notebook_runs(path, series_env):
     # Every exercise's answer is nowhere before it, in the sources or in what the cells printed.
     shown = given_away(nbformat.read(r.output, as_version=4).cells, read_answers(answers))
     assert not shown, "\n".join(shown)
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.stem)
+def test_student_notebook_runs_with_its_fixmes_left_in(path, series_env, monkeypatch):
+    """A student who runs the notebook without answering sees each check's "not answered yet"
+    and the notebook goes on to its end (no traceback); the solved notebooks ran before in
+    this session, so their runs are reused."""
+    backend, out = series_env
+    monkeypatch.delenv("LABKIT_EXERCISES_STRICT", raising=False)  # a student's kernel: lenient
+    monkeypatch.setenv(regress.METRICS_ENV, str(out / f"{path.stem}.student.metrics.json"))
+    executed = out / f"{path.stem}.student.ipynb"
+    pm.execute_notebook(str(path), str(executed), parameters={"profile": "cpu", "backend": backend},
+                        cwd=str(NB_DIR), kernel_name="python3", progress_bar=False,
+                        execution_timeout=900, log_output=False)  # raises, naming the cell, on error
+    cells = nbformat.read(executed, as_version=4).cells
+    fixme = [i for i, c in enumerate(cells) if c.cell_type == "code" and "= FIXME" in c.source]
+    said = [i for i, c in enumerate(cells) if c.cell_type == "code" and any(
+        "not answered yet" in (o.get("text") or "") for o in c.get("outputs", []))]
+    assert fixme and len(said) >= len(fixme), (fixme, said)
+    errors = [i for i, c in enumerate(cells) if c.cell_type == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert not errors, f"{path.name}: cells {errors} raised"

@@ -126,7 +126,9 @@ def job_snapshot(job: Any, lines: int = 5) -> str:
     name = getattr(job, "name", None) or getattr(job, "job_id", "?")
     if callable(getattr(job, "status_line", None)):  # PENDING's reason, RUNNING's iteration
         state = job.status_line(state)
-    return f"{name} [{state}] {getattr(job, 'run_dir', '')}\n{tail}"
+    from labkit.lab import shown
+
+    return shown(f"{name} [{state}] {getattr(job, 'run_dir', '')}\n{tail}")
 
 
 def job_monitor(job: Any, *, refresh_s: float = 2.0, timeout_s: float | None = None,

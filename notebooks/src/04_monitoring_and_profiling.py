@@ -126,9 +126,10 @@ reading = check_profile_reading(phase, remedy, breakdown=breakdown)
 # %%
 from IPython.display import display
 
+from labkit.lab import shown
 from labkit.plots import plot_profile_breakdown
 
-display(breakdown)
+display(breakdown.assign(file=breakdown["file"].map(shown)))  # paths relative to the repository
 plot_profile_breakdown(breakdown, normalize=True)
 plt.show()
 parts = ["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]

@@ -24,7 +24,7 @@ from labkit.backends.job import JOB_FILE, JobState
 from labkit.backends.ownership import verify_owned
 from labkit.errors import LabkitError
 from labkit.paths import run_root
-from labkit.site import ClusterProfile, current_user, resolve_cluster
+from labkit.site import ClusterProfile, as_profile, current_user
 from labkit.slurmcli import SlurmError
 
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
@@ -159,8 +159,8 @@ def _size(path: Path) -> int:
 
 # --- the instructor's view ---------------------------------------------------------------------
 def _site_or_none(cluster: ClusterProfile | str | Path | None) -> ClusterProfile | None:
-    site = resolve_cluster(cluster)
-    return site if site.run_root else None
+    site = as_profile(cluster)  # the site the entry point resolved (labkit.site.resolve_cluster)
+    return site if site is not None and site.run_root else None
 
 
 def student_roots(cluster: ClusterProfile | str | Path | None = None) -> dict[str, Path]:

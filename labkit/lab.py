@@ -24,6 +24,7 @@ from labkit._logging import log
 from labkit.config import RunConfig, require_config
 from labkit.errors import LabkitError, SubmissionError
 from labkit.paths import run_root
+from labkit.site import resolve_cluster
 
 PACKAGES = ("labkit", "torch", "megatron-core", "pandas", "matplotlib", "tensorboard",
             "papermill", "ipywidgets")
@@ -45,8 +46,6 @@ def run_dir_of(cfg: RunConfig, *, cluster: Any = None) -> Path:
     ``run_root`` (``{user}`` filled in) for a Slurm run, else under ``labkit.paths.run_root()``.
     Render the job script for this directory, and look for earlier runs here."""
     if cfg.backend == "slurm":
-        from labkit.site import resolve_cluster
-
         root = resolve_cluster(cluster).run_root_path()
         if root is not None:
             return (root / cfg.name).absolute()
@@ -97,6 +96,8 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
     _check_args("launch()", flags={"reuse": reuse, "wait": wait, "progress": progress,
                                    "resume": resume, "cancel_on_interrupt": cancel_on_interrupt},
                 seconds={"timeout": timeout, "hang_timeout": hang_timeout})
+    if cfg.backend != "local" or cluster is not None:  # the site, resolved once here
+        cluster = resolve_cluster(cluster)
     d = run_dir_of(cfg, cluster=cluster)
     if (d / JOB_FILE).exists():
         old = Job.load(d)

@@ -7,10 +7,11 @@ particular site is hard-coded anywhere else. A site without Slurm lists its ``ho
 address, slots) or points at an existing DeepSpeed ``hostfile``, and picks a ``launcher``
 (``pdsh`` or ``deepspeed``) for the hostfile backend (``labkit.hosts`` reads either).
 
-``load_cluster(path_or_name)`` reads one; ``resolve_cluster(cluster)`` is what every ``cluster=``
-keyword goes through: an object, a YAML path or a name in ``code/clusters/``, or None for the
-default ($LABKIT_CLUSTER, else the mini-cluster while ``labkit cluster up`` has it running, else
-``ClusterProfile()``).
+``load_cluster(path_or_name)`` reads one. The entry points (the CLI, ``labkit.lab``, regress,
+the doctor) resolve the site once with ``resolve_cluster(cluster)``: an object, a YAML path or
+a name in ``code/clusters/``, or None for the default ($LABKIT_CLUSTER, else the mini-cluster
+while ``labkit cluster up`` has it running, else ``ClusterProfile()``); everything below takes
+the resolved ClusterProfile (``as_profile``: as given, never the environment).
 """
 
 from __future__ import annotations
@@ -293,8 +294,34 @@ def load_cluster(path_or_name: str | Path) -> ClusterProfile:
         raise ConfigError([f"{p}: {v}" for v in e.violations]) from None
 
 
+def as_profile(cluster: ClusterProfile | str | Path | None) -> ClusterProfile | None:
+    """A ``cluster=`` value as given: a ClusterProfile as is, a YAML path or a name loaded
+    (``load_cluster``), None as None. It never looks at the environment: code below the
+    entry points takes the site they resolved (``resolve_cluster``) and passes it down."""
+    if cluster is None or isinstance(cluster, ClusterProfile):
+        return cluster
+    return load_cluster(cluster)
+
+
+def named_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfile | None:
+    """The site the caller named: ``cluster`` when given, else ``$LABKIT_CLUSTER`` (a YAML
+    path or a name in ``code/clusters/``) when it is set, else None. For entry points only."""
+    if cluster is not None:
+        return as_profile(cluster)
+    env = os.environ.get(CLUSTER_ENV, "").strip()
+    if not env:
+        return None
+    try:
+        return load_cluster(env)
+    except ConfigError as e:
+        raise ConfigError([f"${CLUSTER_ENV}={env}: {v}" for v in e.violations]
+                          + [f"fix ${CLUSTER_ENV} (a cluster profile YAML path or a name in "
+                             f"{CLUSTER_DIR}) or unset it"]) from None
+
+
 def resolve_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfile:
-    """The cluster profile for a ``cluster=`` value.
+    """The site of an entry point (the CLI, ``lab.launch``, regress, the doctor), resolved
+    once there and passed down.
 
     A ClusterProfile is returned as is; a path or name is loaded (``load_cluster``). None means,
     in order: ``$LABKIT_CLUSTER`` (a YAML path or a name in ``code/clusters/``) when it is set;
@@ -302,18 +329,9 @@ def resolve_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfi
     ``labkit.paths.MINICLUSTER_SITE`` and ``labkit cluster down`` removes); else
     ``ClusterProfile()``, the generic defaults.
     """
-    if isinstance(cluster, ClusterProfile):
-        return cluster
-    if cluster is not None:
-        return load_cluster(cluster)
-    env = os.environ.get(CLUSTER_ENV, "").strip()
-    if env:
-        try:
-            return load_cluster(env)
-        except ConfigError as e:
-            raise ConfigError([f"${CLUSTER_ENV}={env}: {v}" for v in e.violations]
-                              + [f"fix ${CLUSTER_ENV} (a cluster profile YAML path or a name in "
-                                 f"{CLUSTER_DIR}) or unset it"]) from None
+    named = named_cluster(cluster)
+    if named is not None:
+        return named
     if MINICLUSTER_SITE.is_file():
         return load_cluster(MINICLUSTER_SITE)
     return ClusterProfile()

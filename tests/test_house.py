@@ -127,6 +127,50 @@ def test_only_the_slurm_client_runs_slurm_commands():
                            "instead):\n" + "\n".join(offenders))
 
 
+# The entry points resolve the site once and pass it down: the command line, the notebooks'
+# labkit.lab, regress and the doctor's entry; site.py holds the rule, paths.py names the
+# mini-cluster's profile file, minicluster.py writes it.
+SITE_EDGE = {"labkit.site", "labkit.paths", "labkit.minicluster", "labkit.lab", "labkit.regress",
+             "labkit.doctor.preflight"}
+# RunConfig.for_profile(cluster=None) still reads the default site: the notebooks pass their
+# raw `cluster` parameter to it.
+SITE_READERS_BELOW_THE_EDGE = {"labkit.config"}
+SITE_RULE = {"resolve_cluster", "named_cluster", "CLUSTER_ENV", "MINICLUSTER_SITE", "is_up"}
+
+
+def _site_rule_uses(src: str) -> list[str]:
+    """What in ``src`` resolves the default site: a call or import of the resolver, the
+    ``$LABKIT_CLUSTER`` name, the mini-cluster's profile file or its is-up test."""
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        name = (node.id if isinstance(node, ast.Name) else node.attr
+                if isinstance(node, ast.Attribute) else None)
+        if isinstance(node, ast.ImportFrom):
+            out += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in SITE_RULE]
+        elif name in SITE_RULE:
+            out.append(f"{node.lineno}: {name}")
+        elif isinstance(node, ast.Constant) and node.value == "LABKIT_CLUSTER":
+            out.append(f"{node.lineno}: 'LABKIT_CLUSTER'")
+    return out
+
+
+def test_the_site_scan_finds_the_resolver():
+    src = ("from labkit.site import resolve_cluster\nsite = resolve_cluster(None)\n"
+           "os.environ.get('LABKIT_CLUSTER')\nminicluster.is_up()\n"
+           "x = as_profile(c)  # resolve_cluster in a comment is fine\n")
+    assert _site_rule_uses(src) == ["1: import resolve_cluster", "2: resolve_cluster",
+                                    "3: 'LABKIT_CLUSTER'", "4: is_up"]
+
+
+def test_only_the_entry_points_resolve_the_site():
+    offenders = [f"{MODULES[m].relative_to(REPO)}:{use}" for m in sorted(MODULES)
+                 if m not in SITE_EDGE | SITE_READERS_BELOW_THE_EDGE and not m.startswith("labkit.cli")
+                 for use in _site_rule_uses(MODULES[m].read_text())]
+    assert not offenders, ("below the entry points, take the site as given (labkit.site."
+                           "as_profile), never $LABKIT_CLUSTER or the mini-cluster:\n"
+                           + "\n".join(offenders))
+
+
 @pytest.mark.parametrize("path", sorted(
     [p for p in PKG.rglob("*.py")] + [p for p in (REPO / "code").glob("*.py")]),
     ids=lambda p: str(p.relative_to(REPO)))

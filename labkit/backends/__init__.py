@@ -26,7 +26,7 @@ from labkit.errors import ConfigError, LabkitError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
 from labkit.rundir import claim_run_dir, unwritable
-from labkit.site import ClusterProfile, resolve_cluster
+from labkit.site import ClusterProfile, as_profile
 
 __all__ = ["FINISHED", "Job", "JobSpec", "JobState", "submit",
            "list_jobs", "get_job", "guard_not_live", "verify_owned"]
@@ -52,8 +52,9 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
             ``cfg.backend`` is the default backend), or a JobSpec for another program (then
             ``program`` is required and the backend defaults to ``local``).
         backend: ``local`` or ``slurm``.
-        cluster: a ClusterProfile, a profile name/YAML path, or None (the mini-cluster when it
-            is up, else generic defaults). Slurm reads it; the local backend runs here.
+        cluster: the site (a ClusterProfile, a profile name or YAML path), as the entry point
+            resolved it (``labkit.site.resolve_cluster``); None: generic defaults. Slurm and
+            the hostfile backend read it; the local backend runs here.
         overwrite: move an existing run directory aside (never deleted) and start afresh.
         resume: continue a run in its directory (checkpoints kept; the log is appended to).
         program: the program torchrun starts on every rank (default ``code/pretrain_gpt.py``).
@@ -83,10 +84,7 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
     mod = backend_module(backend)
     if program is not None:
         program = Path(program).resolve()  # the job runs in the run directory
-    if backend != "local" or cluster is not None:
-        site = resolve_cluster(cluster)
-    else:
-        site = ClusterProfile()
+    site = as_profile(cluster) or ClusterProfile()
     root = None
     if backend != "local":  # slurm, hostfile: the site's shared run root
         if backend == "slurm":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labkit.errors import LabkitError, SubmissionError
 from labkit.jobstate import JobLike
+from labkit.paths import run_root
 
 
 class NotOwnedError(LabkitError):
@@ -27,19 +28,9 @@ class NotOwnedError(LabkitError):
 
 
 def allowed_roots(extra: Path | str | None = None) -> list[Path]:
-    """The caller's run roots: ``labkit.paths.run_root()``, the default site profile's
-    ``run_root`` when it has one, and ``extra`` (a root the caller named)."""
-    from labkit.paths import run_root
-
+    """The caller's run roots: ``labkit.paths.run_root()`` and ``extra`` (a root the caller
+    named: the site's run root, as the entry point resolved the site)."""
     roots = [run_root()]
-    try:
-        from labkit.site import resolve_cluster
-
-        site_root = resolve_cluster(None).run_root_path()
-        if site_root:
-            roots.append(Path(site_root).resolve())
-    except LabkitError:
-        pass  # a broken $LABKIT_CLUSTER is reported where it is used, not here
     if extra is not None:
         roots.append(Path(extra).resolve())
     return roots

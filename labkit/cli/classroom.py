@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, warn
+from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, site_of, warn
 
 _keep_last = int_at_least(0)
 
@@ -74,7 +74,7 @@ def _show_freed(freed: list, as_json: bool, dry_run: bool) -> None:  # list of F
 def cmd_clean(args: argparse.Namespace) -> int:
     from labkit.classroom import clean
 
-    freed = clean(args.cluster, dry_run=args.dry_run, keep_last=args.keep_last,
+    freed = clean(site_of(args), dry_run=args.dry_run, keep_last=args.keep_last,
                   whole_runs=args.runs)
     _show_freed(freed, args.json, args.dry_run)
     return 0
@@ -83,7 +83,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def cmd_class_status(args: argparse.Namespace) -> int:
     from labkit.classroom import class_status
 
-    rows = class_status(args.cluster)
+    rows = class_status(site_of(args))
     if args.json:
         show_json(rows)
         return 0
@@ -119,14 +119,14 @@ def _show_cancelled(rows: list[dict], as_json: bool) -> None:
 def cmd_class_cancel(args: argparse.Namespace) -> int:
     from labkit.classroom import class_cancel_all
 
-    _show_cancelled(class_cancel_all(args.cluster), args.json)
+    _show_cancelled(class_cancel_all(site_of(args)), args.json)
     return 0
 
 
 def cmd_class_clean(args: argparse.Namespace) -> int:
     from labkit.classroom import class_clean
 
-    freed = class_clean(args.cluster, dry_run=args.dry_run, keep_last=args.keep_last,
+    freed = class_clean(site_of(args), dry_run=args.dry_run, keep_last=args.keep_last,
                         whole_runs=args.runs)
     _show_freed(freed, args.json, args.dry_run)
     return 0
@@ -136,7 +136,7 @@ def cmd_cancel_all(args: argparse.Namespace) -> int:
     """``labkit cancel --all``: the caller's own PENDING/RUNNING labkit jobs."""
     from labkit.classroom import cancel_all
 
-    rows = cancel_all(args.cluster)
+    rows = cancel_all(site_of(args))
     if not rows and not args.json:
         warn("no labkit job of yours is pending or running")
     _show_cancelled(rows, args.json)

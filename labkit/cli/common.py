@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from labkit.site import ClusterProfile, resolve_cluster
+
 # The library speaks Python (keyword arguments); a command-line user types options.
 _CLI_WORDS = {"resume=True": "--resume", "overwrite=True": "--overwrite",
               "backend='local'": "--backend local", "backend='slurm'": "--backend slurm",
@@ -30,6 +32,12 @@ def add_cluster(p: argparse.ArgumentParser, what: str = "Slurm jobs") -> None:
                    help=f"the site profile for {what}: a YAML file or a name under code/clusters/ "
                         "(default: $LABKIT_CLUSTER, else the mini-cluster's when it is up, "
                         "else generic Slurm defaults)")
+
+
+def site_of(args: argparse.Namespace) -> ClusterProfile:
+    """The command's site, resolved once here and passed down: ``--cluster`` where the command
+    has it, else $LABKIT_CLUSTER, else the mini-cluster's while it is up, else generic defaults."""
+    return resolve_cluster(getattr(args, "cluster", None))
 
 
 def add_backend(p: argparse.ArgumentParser, default: str = "the config's backend") -> None:

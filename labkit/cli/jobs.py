@@ -9,7 +9,7 @@ import argparse
 import sys
 import time
 
-from labkit.cli.common import add_backend, add_cluster, add_json, for_cli_users, say, show_json, warn
+from labkit.cli.common import add_backend, add_cluster, add_json, for_cli_users, say, show_json, site_of, warn
 
 JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit status)"
 
@@ -96,8 +96,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from labkit.config import RunConfig
 
     cfg = RunConfig.from_json(args.config)
-    job = submit(cfg, backend=args.backend, cluster=args.cluster, overwrite=args.overwrite,
-                 resume=args.resume)
+    local = (args.backend or cfg.backend) == "local" and not args.cluster  # no site to read
+    job = submit(cfg, backend=args.backend, cluster=None if local else site_of(args),
+                 overwrite=args.overwrite, resume=args.resume)
     if args.wait:
         state = job.wait(timeout=args.timeout, progress=True, hang_timeout=args.hang_timeout)
     else:
@@ -114,7 +115,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from labkit.backends import job_states
     from labkit.classroom import find_job, my_jobs, my_roots
 
-    jobs = [find_job(args.job, args.cluster)] if args.job else my_jobs(args.cluster)
+    site = site_of(args)
+    jobs = [find_job(args.job, site)] if args.job else my_jobs(site)
     states = job_states(jobs)
     rows = [j.to_dict(states[j.job_id]) for j in jobs]
     if args.json:
@@ -126,14 +128,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         say(f"{r['job_id']:>14} {r['backend']:7} {r['state']:13} {when:19} "
             f"{r['name']} ({r['run_dir']})")
     if not jobs:
-        say(f"(no labkit jobs of yours under {', '.join(map(str, my_roots(args.cluster)))})")
+        say(f"(no labkit jobs of yours under {', '.join(map(str, my_roots(site)))})")
     return 0
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from labkit.backends import get_job
+    from labkit.classroom import find_job
 
-    job = get_job(args.job)
+    job = find_job(args.job, site_of(args))
     warn(f"watching {job.backend} job {job.job_id} ({job.name}); a hang is {args.hang_timeout:g} s "
          f"without a new iteration")
     state = job.wait(timeout=args.timeout, progress=True, hang_timeout=args.hang_timeout)
@@ -142,9 +144,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from labkit.backends import get_job
+    from labkit.classroom import find_job
 
-    job = get_job(args.job)
+    job = find_job(args.job, site_of(args))
     offset = 0
     while True:
         finished = job.state().finished  # before reading: the last read then sees every line
@@ -171,7 +173,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 2
     if args.all:
         return cmd_cancel_all(args)
-    job = find_job(args.job, args.cluster)
+    job = find_job(args.job, site_of(args))
     before = job.state()
     if not job.cancel():
         say(f"{job.backend} job {job.job_id} ({job.name}) had already ended ({before}); "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from labkit.cli.common import (
     warn,
 )
 from labkit.errors import LabkitError
+from labkit.site import named_cluster
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -174,8 +174,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
         say(str(regress.write_baseline(args.write_baseline, args.baseline)))
         return 0
     # a site profile (--cluster or $LABKIT_CLUSTER) means the series runs there, on Slurm
-    site = args.cluster or os.environ.get("LABKIT_CLUSTER", "").strip()
-    backend = args.backend or ("slurm" if site else None)
+    site = named_cluster(args.cluster)
+    backend = args.backend or ("slurm" if site is not None else None)
     doc = regress.regress(args.notebooks or None, profile=args.profile, backend=backend,
                           baseline=args.baseline, out=args.out,
                           parameters={"cluster": args.cluster} if args.cluster else None)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from labkit.doctor.checks import CHECKS, CLASS_CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
 from labkit.doctor.context import DEFAULT_TIMEOUT_S, Context, run_probes
 from labkit.doctor.probe import ProbeRun
 from labkit.errors import ConfigError
-from labkit.site import CLUSTER_ENV, ClusterProfile, resolve_cluster
+from labkit.site import ClusterProfile, named_cluster
 
 __all__ = ["Context", "ProbeRun", "Result", "run_doctor", "render_table", "doctor_json", "CHECKS",
            "DEFAULT_TIMEOUT_S", "run_probes"]
@@ -41,9 +40,8 @@ def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
     if students is not None and not for_class:
         raise ConfigError(f"students={students} is for the instructor's checks: labkit doctor "
                           f"--class --students {students} (for_class=True)")
-    site_env = os.environ.get(CLUSTER_ENV, "").strip()
-    wants_slurm = cluster is not None or bool(site_env)
-    profile = resolve_cluster(cluster) if wants_slurm else None
+    profile = named_cluster(cluster)  # the site resolved here, once, and passed down
+    wants_slurm = profile is not None
     if profile is None:
         from labkit import minicluster
 

@@ -101,7 +101,9 @@ print(p.summary())
 from labkit.logs import parse_run
 
 run = parse_run(job.run_dir)
-run.memory.groupby("rank")[["max_allocated_mb"]].max()
+peak = run.memory.groupby("rank")[["max_allocated_mb"]].max()
+# on CPU the log's "max allocated" is the process's peak resident memory (RSS)
+peak.rename(columns={"max_allocated_mb": "peak_rss_mb"}) if cfg.device == "cpu" else peak
 
 # %% [markdown]
 # That is the whole process (RSS on CPU). The engine also counts its own tensors per rank

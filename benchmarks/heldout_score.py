@@ -88,7 +88,8 @@ def main() -> int:
         right += not bad
         why = ": " + "; ".join(bad) if bad else ""
         print(f"{'WRONG  ' if bad else 'ok     '} {log.name}{why}")
-    print(f"\n{right} of {len(logs)} fully right ({100 * right / max(1, len(logs)):.0f} %), {refused} refused")
+    share = 100 * right / max(1, len(logs))
+    print(f"\n{right} of {len(logs)} fully right ({share:.0f} %), {refused} refused")
     return 0
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import LabkitError
+from labkit.planner import plan
+from labkit.record import record
 
 
 class _Fixme:
@@ -106,7 +108,6 @@ def _finish(name: str, problems: list[str], ok_message: str, answer: Any = None,
                       answer if not problems else reference)
     RESULTS.append(res)
     try:  # regress is optional here: a check must work in a bare notebook too
-        from labkit.record import record
         record(f"exercise.{name}", bool(res.passed))
     except ImportError:
         pass
@@ -334,8 +335,6 @@ def check_time_from_flops(answer: Any, *, base: Any, option: Any,
                           rel_tol: float = 0.01) -> CheckResult:
     """How many times ``base``'s iteration time ``option`` takes if time followed the planner's
     hardware FLOPs per iteration (recompute counts its second forward pass)."""
-    from labkit.planner import plan
-
     want = plan(option).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration
     return check_value("time_factor", answer, want, rel_tol=rel_tol, hint=(
         "Time that follows FLOPs grows by the same factor as the FLOPs: compare the two runs' "
@@ -363,7 +362,8 @@ def check_value(name: str, answer: Any, expected: Any, *, hint: str,
         problems = [f"{name} = {answer!r} is {side}. {hint}"]
     else:
         problems = [f"{name} = {answer!r} is not it. {hint}"]
-    return _finish(name, problems, f"{name} = {expected!r}.", answer, expected)
+    shown = f"{expected:.4g}" if isinstance(expected, float) else repr(expected)
+    return _finish(name, problems, f"{name} = {shown}.", answer, expected)
 
 
 def summary() -> dict[str, int]:

@@ -225,11 +225,15 @@ from labkit.logs import parse_log
 its = parse_log(resumed.log_path).iterations
 restarts = its[its["iteration"].diff() <= 0]
 print("iteration numbers restart at:", restarts["iteration"].tolist())
-twice = sorted(its.loc[its["iteration"].duplicated(), "iteration"].astype(int).unique())
-if twice:
-    print(f"iterations {twice[0]}..{twice[-1]} ran twice ({len(twice)} iterations): done before the "
+saved = int(ckpts[-1].removeprefix("iter_"))  # the checkpoint the resume loaded
+if last > saved:
+    print(f"iterations {saved + 1}..{last} ran twice ({last - saved} iterations): done before the "
           f"cancel, after the last checkpoint, and redone after the resume. That is what a "
           f"preemption costs with save_interval={cfg.save_interval}.")
+else:
+    print(f"no iteration ran twice: the cancel came right after the checkpoint of iteration "
+          f"{saved}, the last one logged. With save_interval={cfg.save_interval}, a cancel later "
+          f"in the interval redoes up to {cfg.save_interval - 1} iterations.")
 assert int(its["iteration"].max()) == train_iters
 
 # %% [markdown]

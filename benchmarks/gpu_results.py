@@ -16,6 +16,7 @@ yet). Both ``max allocated`` and ``max reserved`` are kept: a cap
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ MIB_TO_GB = 2**20 / 1e9  # the engine's memory lines are in MiB ("MB" in Megatro
 OOM_OVER = 1.20
 """The OOM demonstration's micro batch needs at least this much more than the cap in the plan,
 so that the run fails for certain and not by the planner's margin (x 1.10) alone."""
+
+
+STATIC_RE = re.compile(r"after iteration \d+: ([\d.]+) GB in live tensors, planner ([\d.]+) GB")
+WORKSPACE_RE = re.compile(r"CUDA workspace measured at start-up: ([\d.]+) GB")
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,14 @@ def run_result(run_dir: Path, *, warmup: int, device: str | None = None) -> dict
     for line in log_file.read_text(errors="replace").splitlines():
         if line.startswith("[labkit] static memory"):
             out.setdefault("static_memory_lines", []).append(line[len("[labkit] "):])
+            m = STATIC_RE.search(line)
+            if m:  # the largest rank's: measured live tensors against the planner
+                measured, planned = float(m.group(1)), float(m.group(2))
+                if measured >= out.get("static_gb", {}).get("measured", -1.0):
+                    out["static_gb"] = {"measured": measured, "planned": planned}
         elif line.startswith("[labkit] CUDA workspace measured"):
             out["workspace_line"] = line[len("[labkit] "):]
+            out["workspace_gb"] = float(WORKSPACE_RE.search(line).group(1))
     return out
 
 

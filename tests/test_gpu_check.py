@@ -127,6 +127,10 @@ def test_throughput_run_reports_its_last_iteration_and_results_are_written(tmp_p
                                 "max_reserved": pytest.approx(float(mem[1][2]) * 2**20 / 1e9)}
     assert r["planned_gb"]["peak"] == pytest.approx(stage_memory(cfg, 0).total)
     assert r["static_memory_lines"][0].startswith("static memory on (tensor, pipeline) rank (0, 0)")
+    live, planned = re.search(r"after iteration 2: ([\d.]+) GB in live tensors, planner ([\d.]+) GB",
+                              log).groups()
+    assert r["static_gb"] == {"measured": float(live), "planned": float(planned)}
+    assert "workspace_gb" not in r  # measured on CUDA only
 
     out = tmp_path / "gpu-check"
     doc = {"env": gpu_results.environment(), "runs": {"tput": r}}

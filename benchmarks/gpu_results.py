@@ -201,10 +201,12 @@ def write_figures(out: Path, doc: dict[str, Any]) -> list[Path]:
     if mem:
         fig, ax = plt.subplots(figsize=(7, 4))
         x = range(len(mem))
-        ax.bar([i - 0.2 for i in x], [r["planned_gb"]["peak"] for r in mem], 0.4,
+        ax.bar([i - 0.27 for i in x], [r["planned_gb"]["peak"] for r in mem], 0.27,
                label="planned peak")
-        ax.bar([i + 0.2 for i in x], [r["measured_gb"]["max_allocated"] for r in mem], 0.4,
-               label="measured max allocated (last iteration)")
+        ax.bar(list(x), [r["measured_gb"]["max_allocated"] for r in mem], 0.27,
+               label="max allocated (last iteration)")
+        ax.bar([i + 0.27 for i in x], [r["measured_gb"]["max_reserved"] for r in mem], 0.27,
+               label="max reserved (last iteration)")
         ax.set_xticks(list(x), [r["name"] for r in mem])
         ax.set(ylabel="GB", title="peak memory: planner against the run")
         ax.legend()

@@ -51,11 +51,11 @@ _PREFIX = re.compile(
     r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
-    r"|(?>\s{0,4}\[?" + _TS + r"\]?)(?!\s{0,4}iteration)[ \t:|-]{0,4}"  # a time stamp (not Megatron's)
+    r"|(?>\s{0,4}\[?" + _TS + r"\]?)(?!\s{0,4}iteration)(?: [-|] |: | |:)?"  # a time stamp (not Megatron's)
     r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} [\w.-]{1,80}:\d{1,7}\] "  # glog
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
-    r"|\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| ?[-:|]? )"          # [INFO] , INFO: , ERROR:root:
+    r"|\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| [-|] |: | )"          # [INFO] , INFO: , ERROR:root:
     r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
     r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
@@ -95,6 +95,11 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
     return text, rank, host
 
 
+def _unbar(m: re.Match) -> str:
+    # a prefix before the bar ("host: ", "3: ", "host:pid:tid ") keeps the space that ends it
+    return " " if m.start() else ""
+
+
 def clean_text(raw: str) -> str:
     """Drop ANSI escapes, keep what a terminal would show after carriage returns, unescape HTML."""
     if "\x1b" in raw:
@@ -109,7 +114,7 @@ def clean_text(raw: str) -> str:
     if "[" in raw and "m" in raw:
         raw = _ANSI_TEXT.sub("", raw)  # colour codes copied as text
     if "%|" in raw:
-        raw = _BAR.sub("", raw)  # a message printed onto a progress bar keeps only the message
+        raw = _BAR.sub(_unbar, raw)  # a message printed onto a progress bar keeps only the message
     return raw
 
 

@@ -170,6 +170,15 @@ def is_incomplete_iteration(text: str) -> bool:
             and "global_step" not in text and _ITER.search(text) is not None)
 
 
+def continues(record: str, text: str) -> bool:
+    """Whether ``text`` is more of the hard-wrapped record ``record`` that ended in ``|``: it holds
+    no iteration counter and joined on, the record reads more known fields."""
+    if ":" not in text or "iteration" in text and _ITER.search(text):
+        return False
+    before, after = _parse_general(record), _parse_general(record + text)
+    return before is not None and after is not None and len(after) > len(before)
+
+
 # --- validation / test lines ------------------------------------------------------------------
 _VALID = re.compile(
     r"(validation|test) (?:loss|results) at (?:iteration\s{0,20}(\d{1,12})|the end of training)")

@@ -129,7 +129,7 @@ class _Collector:
         self.nccl_build: str | None = None
         self.scanner = FailureScanner()
         self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
-        self.pending: dict[tuple, tuple[Line, int]] = {}  # wrapped iteration lines, per source
+        self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
@@ -145,17 +145,18 @@ class _Collector:
             self.in_args = 5000
         src = (line.rank, line.host)
         held = self.pending.pop(src, None)
-        if held is not None and megatron.parse_iteration(line.text) is not None:
-            self._safe(held[0])  # a new record, not a continuation: the held line was cut off
+        if held is not None and (megatron.parse_iteration(line.text) is not None and not held[2]
+                                 or held[2] and not megatron.continues(held[0].text, line.text)):
+            self._safe(held[0])  # a new record, not a continuation: the held one ends here
             held = None
         if held is not None:
-            first, pieces = held
+            first, pieces, _ = held
             line = Line(first.lineno, first.rank, first.text + line.text, first.host)
-            if megatron.is_incomplete_iteration(line.text) and pieces < _MAX_WRAP:
-                self.pending[src] = (line, pieces + 1)
+            if pieces < _MAX_WRAP:  # a wrapped record that ends in "|" may go on (closed=True)
+                self.pending[src] = (line, pieces + 1, not megatron.is_incomplete_iteration(line.text))
                 return
         elif megatron.is_incomplete_iteration(line.text) and "|" in line.text:
-            self.pending[src] = (line, 1)
+            self.pending[src] = (line, 1, False)
             return
         self._safe(line)
 
@@ -282,7 +283,7 @@ class _Collector:
         return False
 
     def flush(self) -> None:
-        for line, _ in list(self.pending.values()):
+        for line, _, _ in list(self.pending.values()):
             self._safe(line)
         self.pending.clear()
         for rec in self.steps.numbered_in_order():

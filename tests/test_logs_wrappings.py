@@ -1,0 +1,79 @@
+"""Every real log reads the same behind the wrappings real logs come in.
+
+Each log of tests/fixtures/logs/real is rewritten the ways real logs show the same lines: behind
+nested launcher prefixes (``srun --label``, ``mpirun --tag-output``, a pdsh/NCCL host of any
+shape), behind a harness's stream name, a Kubernetes pod, a Python logging time stamp and level,
+colour codes copied as text, glued onto a progress bar, and with its iteration records hard-wrapped
+at 80 columns. Each way must give back the facts of the log as it is: layout, every iteration
+record, memory rows, NCCL version and transports, failures (kind, rank, count), findings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit.logs import parse_log
+
+REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
+LOGS = sorted(p.name for p in REAL.glob("*.txt"))
+
+# Prefixes as real logs print them (each seen in a public log; see the corpus README).
+PREFIXES = {
+    "srun_mpirun_host": "3: [1,3]<stdout>:gpu-a01.cluster.example.org: ",
+    "digits_host_pid": "1000123:4242:4300 ",
+    "harness_pod_logging": "stdout: [pod/train-worker-0/pytorch] 2024-05-01 12:00:00,123 - root - INFO - ",
+    "copied_colour": "^[[32m[2024-05-01 12:00:00,123] [INFO]^[[0m ",
+    "ipv6_host": "fe80::1ff:fe23:4567:890a: ",
+}
+BAR = " 45%|####5     | 9/20 [00:03<00:04,  2.50it/s]"
+_RECORD = re.compile(r"iteration\s{0,40}\d{1,12}\s{0,40}/\s{0,40}\d{1,12}\s\|.{80,}\|\s*$")
+
+
+def _facts(path: Path, prefix_rank: int | None = None) -> dict:
+    """The facts of a log; a rank the prefix names (``prefix_rank``) counts as no rank (the
+    prefix says it, where the log itself did not)."""
+    d = parse_log(path).to_dict()
+    for row in d["memory"] + d["failures"]:
+        if row["rank"] == prefix_rank:
+            row["rank"] = None
+    return {"layout": d["layout"], "iterations": d["iterations"], "memory": d["memory"],
+            "nccl": {k: d["nccl"][k] for k in ("version", "transports")},
+            "failures": sorted((f["kind"], -1 if f["rank"] is None else f["rank"]) for f in d["failures"]),
+            "findings": sorted(f["kind"] for f in d["findings"])}
+
+
+def _lines(name: str) -> list[str]:
+    return (REAL / name).read_bytes().decode("utf-8", "replace").splitlines()
+
+
+def _write(tmp_path: Path, lines: list[str]) -> Path:
+    out = tmp_path / "log.txt"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_prefixes_give_the_same_facts(name, tmp_path):
+    lines = _lines(name)
+    for label, prefix in PREFIXES.items():
+        rank = 3 if label.startswith("srun") else None
+        got = _facts(_write(tmp_path, [prefix + line for line in lines]), rank)
+        assert got == _facts(REAL / name, rank), label
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_progress_bar_glue_and_hard_wrap_give_the_same_facts(name, tmp_path):
+    want = _facts(REAL / name)
+    lines = _lines(name)
+    glued = [BAR + line if line.strip() and i % 3 == 0 else line for i, line in enumerate(lines)]
+    assert _facts(_write(tmp_path, glued)) == want, "glued onto a progress bar"
+    wrapped: list[str] = []
+    for line in lines:
+        if _RECORD.search(line) and "\r" not in line:
+            wrapped += [line[i:i + 80] for i in range(0, len(line), 80)]
+        else:
+            wrapped.append(line)
+    assert _facts(_write(tmp_path, wrapped)) == want, "iteration records hard-wrapped at 80 columns"

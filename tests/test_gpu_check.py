@@ -139,3 +139,13 @@ def test_throughput_run_reports_its_last_iteration_and_results_are_written(tmp_p
     figures = gpu_results.write_figures(out, doc)
     assert [f.name for f in figures] == ["throughput.png", "memory.png"]
     assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures)
+
+
+def test_h100_nvl_has_its_own_peak():
+    """torch names the card "NVIDIA H100 NVL"; it must not read as an H100 SXM (989.4)."""
+    from labkit.hardware import peak_tflops
+
+    assert peak_tflops("NVIDIA H100 NVL", "bf16") == 835.5  # 1,671 with sparsity, halved
+    assert peak_tflops("NVIDIA H100 NVL", "fp8") == 1670.5
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.4  # the lent machine's card
+    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.5

@@ -241,6 +241,25 @@ def nccl(bench: Bench, run: str) -> None:
           f"{len(channels)}")
 
 
+def compile_probe(bench: Bench) -> None:
+    """torch.compile on this device (Inductor, Triton, a C compiler for Triton's launcher), the
+    engine's fusions need it: where it fails, the runs go on with ``LABKIT_FUSIONS=0`` and
+    results.json says so, rather than every training failing the same way."""
+    import torch
+
+    before = os.environ.get("LABKIT_FUSIONS")
+    bench.doc["fusions"] = False
+    os.environ["LABKIT_FUSIONS"] = "0"
+    fn = torch.compile(lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"))
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(fn(x, x[0]), torch.nn.functional.gelu(x + x[0], approximate="tanh"))
+    if before is None:
+        os.environ.pop("LABKIT_FUSIONS")
+    else:
+        os.environ["LABKIT_FUSIONS"] = before
+    bench.doc["fusions"] = os.environ.get("LABKIT_FUSIONS", "1") not in ("0", "false", "no")
+
+
 def summary(out: Path) -> int:
     """Print the kept results; 1 when a step or a gpu test failed (pytest.xml), else 0."""
     if not (out / "results.json").is_file():
@@ -296,6 +315,7 @@ def main() -> int:
     import torch
 
     bench = Bench(a.out, a.budget_s)
+    bench.step("compile_probe", compile_probe, bench, need_s=0)
     nccl_env = {**THROUGHPUT_ENV, "NCCL_DEBUG": "INFO"}
     small = bench.step("gpt2_124m", bench.train, "gpt2_124m", preset="gpt2-124m",
                        micro_batch_size=8, global_batch_size=64, train_iters=30, log_interval=1,

@@ -220,7 +220,8 @@ def test_notebook_dry_runs_on_a_gpu_site(stem, site_env, monkeypatch):
 
 def test_notebook_05_budget_is_the_sites_device_memory(site_env, monkeypatch, tmp_path):
     """On a site with 141 GB GPUs the micro batch exercise's budget is 141 GB: its answer is the
-    largest planned size under it, and the OOM demo's micro batch grows until it does not fit."""
+    largest planned size under it, the sizes stop at the first that does not fit, and the
+    boundary runs are planned against 141 GB."""
     y = tmp_path / "h200.yaml"
     y.write_text(SITE_YAML.read_text().replace("gpu_memory_gb: 80", "gpu_memory_gb: 141"))
     monkeypatch.setenv("LABKIT_CLUSTER", str(y))
@@ -229,9 +230,10 @@ def test_notebook_05_budget_is_the_sites_device_memory(site_env, monkeypatch, tm
     assert ns["budget_gb"] == 141.0 and ns["base"].gpu_memory_gb == 141.0
     need = ns["need"]
     assert ns["largest_fitting"] == max(m for m, gb in need.items() if gb <= 141.0)
-    assert need[ns["oom_micro_batch"]] > 141.0 and ns["oom_micro_batch"] > 128
-    oom = [s for s in run.submitted if s.spec.name == "nb05_oom"]
-    assert len(oom) == 1 and not oom[0].plan.fits and oom[0].plan.gpu_memory_gb == 141.0
+    assert max(need) == 2 * ns["largest_fitting"] and need[max(need)] > 141.0
+    edge = [s for s in run.submitted if s.spec.name.startswith("nb05_edge_mbs")]
+    assert edge and edge[0].spec.micro_batch_size == ns["largest_fitting"] and edge[0].plan.fits
+    assert all(s.plan.gpu_memory_gb == 141.0 for s in edge)
 
 
 def test_the_dry_run_refuses_a_config_a_site_cannot_hold(site_env, monkeypatch, tmp_path):

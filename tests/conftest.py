@@ -70,6 +70,18 @@ def slurm_cluster():
         minicluster.cluster_down()
 
 
+@pytest.fixture(scope="session")
+def cpu_oom_run(tmp_path_factory) -> Path:
+    """One real out-of-memory on CPU, trained once per session: TP=2, micro batch 256 of 128
+    tokens under ``memory_limit_gb=0.2``. The engine's OOM line (test_engine.py) and the parser's
+    diagnosis of it (test_logs_engine.py) are both tested on this run."""
+    from engine_runs import train
+
+    return train(tmp_path_factory.mktemp("cpu_oom"), "oom", check=False,
+                 tensor_model_parallel_size=2, micro_batch_size=256, global_batch_size=256,
+                 seq_length=128, max_position_embeddings=128, memory_limit_gb=0.2, train_iters=4)
+
+
 GOLDEN_DIR = REPO / "tests" / "golden"
 REGEN_GOLDEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
 

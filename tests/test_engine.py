@@ -94,10 +94,8 @@ def test_resume_after_sigkill_continues_the_curve(tmp_path):
     assert (run_dir / "exit_code").read_text().strip() == "0"
 
 
-def test_memory_cap_is_a_real_out_of_memory(tmp_path):
-    run_dir = train(tmp_path, "oom", check=False, tensor_model_parallel_size=2,
-                    micro_batch_size=256, global_batch_size=256, seq_length=128,
-                    max_position_embeddings=128, memory_limit_gb=0.2, train_iters=4)
+def test_memory_cap_is_a_real_out_of_memory(cpu_oom_run):
+    run_dir = cpu_oom_run
     log = (run_dir / "log.txt").read_text()
     m = re.search(r"\[labkit\] out of memory on rank (\d) \(tensor, pipeline\) = \((\d), 0\) "
                   r"during (forward-backward|optimizer step) at iteration 1: tried to allocate "

@@ -58,12 +58,8 @@ def test_real_profiler_trace_breakdown(tp2_run):
     assert parts.tolist() == pytest.approx(df["total_ms"].tolist())
 
 
-def test_real_cpu_oom_is_diagnosed_with_its_rank(tmp_path):
-    from tests.engine_runs import train
-
-    run_dir = train(tmp_path, "oom", check=False, tensor_model_parallel_size=2, micro_batch_size=256,
-                    global_batch_size=256, seq_length=128, max_position_embeddings=128,
-                    memory_limit_gb=0.2, train_iters=4)
+def test_real_cpu_oom_is_diagnosed_with_its_rank(cpu_oom_run):
+    run_dir = cpu_oom_run
     code = int((run_dir / "exit_code").read_text())
     failures = diagnose(run_dir / "log.txt", exit_code=code)
     assert failures and failures[0].kind == "host_oom", failures

@@ -7,6 +7,8 @@
         ``Step: 1     | Loss: 11.0160 | Time/step: 812.30ms | Global batch size:   1.05M |
         Tokens/s:  28.21K | Tokens/s/GPU:   3.53K | Tokens:   1.05M/10.00B | MFU: 11.22% |
         Memory usage:  13.65GB`` (earlier versions separate the pairs with ``, ``)
+    nanoGPT:
+        ``iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%`` (before 2023-02 without mfu)
 
 The line must start with the counter (after the prefixes lines.py removes) and name a loss; the
 pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
@@ -21,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+_NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss ([-+0-9.eEnaif]{1,30}), time ([0-9.]{1,20})ms"
+                      r"(?:, mfu ([-0-9.]{1,20})%)?")
 _START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
 _PAIR = re.compile(r"([A-Za-z][\w /.-]{0,40}?):\s{0,12}([-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
                    r"\s{0,2}([KMGBT%]|GiB|GB|MiB|MB|ms|s)?(?![\w.])")
@@ -36,6 +40,12 @@ _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 
 def parse_step_line(text: str) -> dict[str, Any] | None:
     """A torchtitan or picotron step line -> an iteration record (``_memory``: column, MiB), or None."""
+    m = _NANOGPT.match(text) if text.lstrip().startswith("iter ") else None
+    if m is not None:
+        rec = {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
+        if m.group(4):
+            rec["mfu"] = float(m.group(4))
+        return rec
     m = _START.match(text)
     if m is None:
         return None

@@ -37,7 +37,7 @@ TRIGGERS = ("memory", "world size", "WORLD INFO", "dist_world_size", "nnodes=",
             "slurm", "srun", "SLURM", "Lightning", "torchtitan",
             # fp16 loss scaling, other training loops' step lines
             "OVERFLOW", "overflow", "loss scale to", "loss scale from", "inimum loss scale",
-            "loss scale already", "step:", "Step:", "iteration: ")
+            "loss scale already", "step:", "Step:", "iteration: ", ": loss ")
 SPACES = "\t\x0b\x0c\r "  # a space within a line, ASCII only (the same on str and bytes)
 _SP = f"[{SPACES}]"
 ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"

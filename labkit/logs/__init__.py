@@ -13,6 +13,8 @@ DeepSpeed and its launcher, the Hugging Face Trainer, NCCL, torchrun, Slurm).
 
 from __future__ import annotations
 
+import pandas as pd
+
 from labkit.logs.diagnosis import detect_hang, diagnose, last_progress
 from labkit.logs.failures import KINDS, Failure
 from labkit.logs.lines import Line, clean_line, iter_lines
@@ -30,11 +32,20 @@ def summary(p: ParsedLog) -> str:
     its = p.iterations
     if not its.empty:
         last = its.iloc[-1]
-        out.append(f"iterations: {len(its)} (last {last['iteration']}/{last['train_iters']}), "
-                   f"median {its['elapsed_ms'].median():.1f} ms/iteration, last lm loss {last['lm_loss']}")
+        of = f"/{last['train_iters']}" if pd.notna(last["train_iters"]) else ""
+        parts = [f"iterations: {len(its)} (last {last['iteration']}{of})"]
+        for col, fmt in (("elapsed_ms", "median {:.1f} ms/iteration"),
+                         ("tokens_per_sec", "median {:,.0f} tokens/s"),
+                         ("tokens_per_gpu_per_sec", "median {:,.0f} tokens/s/GPU"),
+                         ("mfu", "median MFU {:.2f} %")):
+            if col in its and its[col].notna().any():
+                parts.append(fmt.format(its[col].median()))
+        parts.append(f"last lm loss {last['lm_loss']}")
+        out.append(", ".join(parts))
     if not p.memory.empty:
-        out.append(f"memory reports: {len(p.memory)} (peak max allocated "
-                   f"{p.memory['max_allocated_mb'].max():.1f} MB)")
+        peaks = [f"peak {c.replace('_mb', '').replace('_', ' ')} {p.memory[c].max():.1f} MB"
+                 for c in ("max_allocated_mb", "max_reserved_mb", "reserved_mb") if p.memory[c].notna().any()]
+        out.append(f"memory reports: {len(p.memory)}" + (f" ({', '.join(peaks)})" if peaks else ""))
     if p.nccl_version or not p.nccl.empty:
         out.append(f"NCCL {p.nccl_version}: {p.to_dict()['nccl']['transports']}")
     for f in p.failure_records:

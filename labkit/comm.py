@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from labkit.errors import ConfigError
 from labkit.paths import CODE_DIR
+from labkit.validate import text_problem
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -153,6 +155,15 @@ def submit_bench(name: str = "busbw", *, nodes: int = 2, gpus_per_node: int = 2,
     from labkit import backends
     from labkit.backends.spec import JobSpec
 
+    texts = {"ops": ops, "scopes": scopes}
+    problems = [f"{k}={v!r:.80} must be a list of names, e.g. ['all_reduce']"
+                for k, v in texts.items() if isinstance(v, (str, bytes))]
+    problems += [w for k, v in texts.items() if not isinstance(v, (str, bytes))
+                 for i, x in enumerate(v) if (w := text_problem(f"{k}[{i}]", x))]
+    problems += [w for k, v in {"min_bytes": min_bytes, "max_bytes": max_bytes}.items()
+                 if (w := text_problem(k, v))]
+    if problems:
+        raise ConfigError("submit_bench(): " + "; ".join(problems))
     nccl = device == "cuda"  # its own transport lines in log.txt (NCCL_DEBUG=INFO)
     spec = JobSpec(name, nodes=nodes, gpus_per_node=gpus_per_node, device=device,
                    nccl_debug=nccl, layout=f"collective benchmark: {', '.join(ops)}")

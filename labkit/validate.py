@@ -43,6 +43,28 @@ def text_problem(field: str, value: Any, *, allow_empty: bool = False) -> str | 
     return None
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+
+
+def script_text_problems(layout: Any, megatron_flags: Any) -> list[str]:
+    """Why a job's header line or its Megatron-LM flags cannot reach a job script: the layout
+    and every flag word is one line of text, a group name is a plain word (it becomes a bash
+    array's name, ``<GROUP>_ARGS``)."""
+    out = [w for w in [text_problem("layout", layout, allow_empty=True)] if w]
+    try:
+        groups = [(g, [list(it) for it in items]) for g, items in megatron_flags]
+    except (TypeError, ValueError):
+        return out + [f"megatron_flags={megatron_flags!r:.80} must be ((group, ((flag, value), "
+                      f"...)), ...) as labkit.megatron_args.flag_groups makes it"]
+    for g, items in groups:
+        if not isinstance(g, str) or not _WORD.fullmatch(g):
+            out.append(f"megatron_flags group {g!r:.80} must be a plain word (letters, digits, "
+                       f"'_'): it names a bash array in the job script")
+        out += [w for it in items for x in it
+                if (w := text_problem(f"megatron_flags[{g!r:.40}] word", x, allow_empty=True))]
+    return out
+
+
 def read_input(path: str | Path, what: str) -> str:
     """The UTF-8 text of a small regular file (a config or a site profile)."""
     p = Path(path)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from labkit.errors import ConfigError
 from labkit.rules import DEVICES, NAME_RE
+from labkit.validate import script_text_problems
 
 if TYPE_CHECKING:
     from labkit.backends.job import Job, JobState
@@ -67,6 +68,7 @@ class JobSpec:
                 problems.append(f"{n}={v!r} must be a positive integer")
         if self.device not in DEVICES:
             problems.append(f"device={self.device!r} is not one of {list(DEVICES)}")
+        problems += script_text_problems(self.layout, self.megatron_flags)
         if problems:
             raise ConfigError("; ".join(problems))
 

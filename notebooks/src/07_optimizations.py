@@ -95,8 +95,8 @@ for c in (base, recompute):
 # %%
 from labkit.exercises import FIXME, check_time_from_flops
 
-flops_ratio = plan(recompute).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration  # EXERCISE: a factor
-predicted_slowdown = check_time_from_flops(flops_ratio, base=base, option=recompute).value
+time_factor = plan(recompute).hardware_flops_per_iteration / plan(base).hardware_flops_per_iteration  # EXERCISE: a factor
+predicted_slowdown = check_time_from_flops(time_factor, base=base, option=recompute).value
 
 # %% [markdown]
 # ## 4 Distributed optimizer

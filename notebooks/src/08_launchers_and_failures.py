@@ -16,9 +16,9 @@ backend = "local"  # "local": processes on this machine (no Slurm needed); "slur
 cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 1  # nodes of the runs in this notebook
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
-train_iters = 40  # iterations of the run we kill part-way (long enough to catch it running)
+train_iters = 20  # iterations of the run we kill part-way (long enough to catch it running)
 save_interval = 5  # checkpoint every N iterations
-kill_at = 12  # cancel the job once the log shows this iteration
+kill_at = 7  # cancel the job once the log shows this iteration
 hang_timeout = 300  # seconds without a new iteration (before the first: a new log line) until a job counts as hung
 run_prefix = "nb08"  # runs go to runs/<run_prefix>_*/
 

@@ -35,6 +35,7 @@ def main() -> int:
     t0 = time.time()
     job = comm.submit_bench(f"busbw-{backend}-{int(t0)}", nodes=2, gpus_per_node=2,
                             backend=backend, ops=a.ops.split(","), min_bytes=a.min_bytes,
+                            cluster=minicluster.minicluster_cluster() if backend == "slurm" else None,
                             max_bytes=a.max_bytes, factor=a.factor, iters=a.iters)
     state = job.wait(timeout=1800, progress=False)
     print(f"backend {backend}: job {job.job_id} {state} in {time.time() - t0:.1f} s "

@@ -10,7 +10,9 @@ anything is touched otherwise. Only labkit's own jobs are touched, never other S
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import re
 import shutil
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from labkit._logging import warn_once
 from labkit.backends import Job, get_job, job_states, list_jobs
 from labkit.backends.job import JOB_FILE, JobState
 from labkit.backends.ownership import verify_owned
+from labkit.backends.slurm import SLURM_STATES, job_name
 from labkit.errors import LabkitError
 from labkit.paths import run_root
 from labkit.site import ClusterProfile, as_profile, current_user
@@ -42,8 +45,6 @@ def my_roots(cluster: ClusterProfile | str | Path | None = None) -> list[Path]:
 
 
 def user_name(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -202,8 +203,6 @@ def _class_states(jobs: list[Job]) -> dict[str, JobState]:
     Slurm jobs are read here from one ``squeue`` of all users: a job counts as the record's
     only when Slurm's job of that id has the record's job name (``labkit-<user>-<run>``) and
     belongs to the record's owner."""
-    from labkit.backends.slurm import job_name
-
     slurm = [j for j in jobs if j.backend == "slurm"]
     out = job_states([j for j in jobs if j.backend != "slurm"])
     tables = {conf: _squeue_all(conf) for conf in {j.info.get("slurm_conf") for j in slurm}}
@@ -231,8 +230,6 @@ def _squeue_all(conf: str | None) -> dict[str, tuple[str, str, int]] | None:
 
 
 def _slurm_map(state: str) -> JobState:
-    from labkit.backends.slurm import SLURM_STATES
-
     return SLURM_STATES.get(state.split()[0].rstrip("+"), JobState.UNKNOWN)
 
 
@@ -249,7 +246,6 @@ def _class_cancel(job: Job) -> None:
     if job.backend != "slurm":
         job.cancel()
         return
-    from labkit.backends.slurm import job_name
 
     conf = job.info.get("slurm_conf")
     try:
@@ -297,6 +293,7 @@ def _progress(job: Job) -> tuple[int | None, int | None]:
 
 def _diagnosis(job: Job, st: JobState) -> str | None:
     try:
+        # labkit.logs brings pandas: off the CLI's start-up
         from labkit.logs import diagnose
 
         failures = diagnose(job.log_path, exit_code=job.exit_code(), job_state=str(st))
@@ -306,8 +303,6 @@ def _diagnosis(job: Job, st: JobState) -> str | None:
 
 
 def _exercises(root: Path) -> dict[str, int] | None:
-    import json
-
     passed = total = 0
     for m in root.glob("*/metrics.json"):
         try:

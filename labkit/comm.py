@@ -5,7 +5,7 @@ table) and the table printed by NVIDIA's nccl-tests (``all_reduce_perf`` and fri
 column layout the benchmark copies: ``size count type redop [root] time algbw busbw #wrong``,
 then the same four for in-place. Bandwidths are GB/s (1e9 bytes per second), times microseconds.
 
-    job = submit_bench("bw", nodes=2, gpus_per_node=2, backend="slurm")    # or "local"
+    job = submit_bench("bw", nodes=2, gpus_per_node=2, backend="slurm", cluster=site)  # or "local"
     job.wait()
     df = read_busbw(job.run_dir)        # or a busbw.jsonl / a printed table / an nccl-tests log
     plot_busbw(df)                      # bus bandwidth vs message size, one line per op/scope
@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from labkit import backends
+from labkit.backends.spec import JobSpec
 from labkit.errors import ConfigError
+from labkit.logs import parse_log
 from labkit.paths import CODE_DIR
 from labkit.validate import text_problem
 
@@ -119,6 +122,7 @@ def plot_busbw(df: pd.DataFrame, *, by: tuple[str, ...] = ("op", "scope"),
     Intra-node (loopback / NVLink) and inter-node (the network) lines side by side show where
     a layout's traffic should go: the gap between them is why TP stays inside a node.
     """
+    # matplotlib: only when a figure is drawn
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6, 4))[1]
@@ -152,9 +156,6 @@ def submit_bench(name: str = "busbw", *, nodes: int = 2, gpus_per_node: int = 2,
     the job exports ``NCCL_DEBUG=INFO`` and the benchmark adds ``NCCL_DEBUG_SUBSYS=INIT,NET``
     (``--nccl-debug``): its log shows which transport each channel took (``nccl_transports``).
     """
-    from labkit import backends
-    from labkit.backends.spec import JobSpec
-
     texts = {"ops": ops, "scopes": scopes}
     problems = [f"{k}={v!r:.80} must be a list of names, e.g. ['all_reduce']"
                 for k, v in texts.items() if isinstance(v, (str, bytes))]
@@ -179,7 +180,5 @@ def nccl_transports(run_dir: str | Path) -> dict | None:
     """The NCCL section of a benchmark's (or a training run's) ``log.txt``: version and channel
     counts per transport (``{"version", "transports": {"P2P", "SHM", "NET"}, ...}``), or None
     when the log has no NCCL transport line (gloo, or NCCL_DEBUG unset)."""
-    from labkit.logs import parse_log
-
     nccl = parse_log(Path(run_dir) / "log.txt").to_dict().get("nccl")
     return nccl if nccl and sum((nccl.get("transports") or {}).values()) else None

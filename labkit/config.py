@@ -13,6 +13,7 @@ cpu|gpu profiles live in ``labkit.presets``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import warnings
@@ -23,6 +24,8 @@ from typing import Any
 from labkit.errors import ConfigError
 from labkit.presets import PRESETS, PROFILES
 from labkit.rules import check
+from labkit.site import resolve_cluster
+from labkit.validate import loads_json, read_input
 
 __all__ = ["FIELD_NAMES", "MEGATRON_FLAGS", "PRESETS", "PROFILES", "RunConfig"]
 
@@ -243,8 +246,6 @@ class RunConfig:
         base = dict(PROFILES[profile])
         preset = base.pop("preset")
         if overrides.get("device", base.get("device")) == "cuda":
-            from labkit.site import resolve_cluster
-
             base.update(resolve_cluster(cluster).gpu_defaults())
         return cls.from_preset(preset, **{**base, **overrides})
 
@@ -272,8 +273,6 @@ class RunConfig:
         A ``config.json`` written before the profiler switch was named ``torch_profiler``
         (``"profile": true``, ``"profile_ranks"``) is read with the new names.
         """
-        from labkit.validate import loads_json, read_input
-
         if not isinstance(text_or_path, (str, Path)):
             raise ConfigError(f"RunConfig.from_json takes a JSON string or a file path, not "
                               f"{type(text_or_path).__name__} ({text_or_path!r:.60})")
@@ -339,8 +338,6 @@ _ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_s
 
 
 def _did_you_mean(key: str) -> str | None:
-    import difflib
-
     k = key.strip().lower().replace("-", "_")
     if k in ("dp", "data_parallel_size", "world_size"):
         return None  # derived, never set: said in the message

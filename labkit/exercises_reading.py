@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.exercises import CheckResult, _finish, _unfilled
+from labkit.planner.grid import rank_grid
 
 
 def check_crossing_axis(answer: Any, *, tp: int, pp: int, nodes: int,
                         gpus_per_node: int) -> CheckResult:
     """Which parallelism's groups span two nodes (``"tp"``, ``"dp"``, ``"pp"`` or a list)."""
-    from labkit.planner.grid import rank_grid
-
     grid = rank_grid(nodes * gpus_per_node, tp=tp, pp=pp, gpus_per_node=gpus_per_node)
     crossing = grid.groups_crossing_nodes()
     want = sorted(a for a in ("tp", "dp", "pp") if crossing[a])

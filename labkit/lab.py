@@ -20,10 +20,16 @@ from typing import Any
 
 import pandas as pd
 
+from labkit import backends
 from labkit._logging import log
+from labkit.backends.job import JOB_FILE, Job
+from labkit.backends.ownership import NotOwnedError, verify_owned
+from labkit.comm import read_busbw, submit_bench
 from labkit.config import RunConfig, require_config
 from labkit.errors import LabkitError, SubmissionError
-from labkit.paths import run_root
+from labkit.logs import parse_log
+from labkit.metrics import add_throughput, mfu
+from labkit.paths import REPO_ROOT, run_root
 from labkit.site import resolve_cluster
 
 PACKAGES = ("labkit", "torch", "megatron-core", "pandas", "matplotlib", "tensorboard",
@@ -88,10 +94,6 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
     ``hang_timeout`` (seconds) waits with the hang watchdog (``Job.wait``). Interrupting the
     wait cancels the job unless ``cancel_on_interrupt=False``.
     """
-    from labkit.backends import submit
-    from labkit.backends.job import JOB_FILE, Job
-    from labkit.backends.ownership import NotOwnedError, verify_owned
-
     cfg = require_config(cfg, "launch()")
     _check_args("launch()", flags={"reuse": reuse, "wait": wait, "progress": progress,
                                    "resume": resume, "cancel_on_interrupt": cancel_on_interrupt},
@@ -111,7 +113,7 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
             log.info(f"reusing the finished run {d} (same config); pass reuse=False to train "
                      f"again")
             return old
-    job = submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
+    job = backends.submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
         job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout,
                  cancel_on_interrupt=cancel_on_interrupt)
@@ -124,8 +126,6 @@ def wait_for_iteration(job: Any, iteration: int, *, timeout: float = 600.0,
 
     Raises JobFailedError if the job ends first, LabkitError on timeout.
     """
-    from labkit.logs import parse_log
-
     _check_args("wait_for_iteration()", flags={}, seconds={"timeout": timeout, "poll_s": poll_s},
                 counts={"iteration": iteration})
     if not hasattr(job, "log_path"):
@@ -155,8 +155,6 @@ def shown(what: str | Path) -> str:
     repository written relatively (``runs/nb01_dp/...``, ``code/pretrain_gpt.py``); a run root
     outside the repository as ``$LABKIT_RUN_ROOT``. What the path means stays readable, where
     this machine keeps it does not leak into a shared notebook."""
-    from labkit.paths import REPO_ROOT
-
     text = str(what)
     root, repo = str(run_root()), str(REPO_ROOT.resolve())
     if not root.startswith(repo + "/"):
@@ -181,8 +179,6 @@ def throughput(df: pd.DataFrame, *, by: str = "name", gpu_model: str | None = No
     peak in that table), and for GPU runs when the GPU model is unknown. ``gpu_model`` names it
     (e.g. ``"H100"``); None: the GPU this Python process sees, if any.
     """
-    from labkit.metrics import add_throughput, mfu
-
     d = add_throughput(df)
     if skip and "iteration" in d.columns:
         d = d[d.groupby("run_dir")["iteration"].rank(method="first") > skip]
@@ -201,6 +197,7 @@ def throughput(df: pd.DataFrame, *, by: str = "name", gpu_model: str | None = No
 
 def _visible_gpu() -> str | None:
     try:
+        # torch takes seconds to import: only to name the GPU
         import torch
 
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -219,8 +216,8 @@ def run_allreduce_bench(cfg: RunConfig, *, cluster: Any = None, min_bytes: str =
     so it is recorded in ``runs/<cfg.name>/`` and cancellable like any other; an earlier
     directory of that name is moved aside, never deleted.
     """
-    from labkit.comm import read_busbw, submit_bench
-
+    if cfg.backend != "local" or cluster is not None:  # the site, resolved once here
+        cluster = resolve_cluster(cluster)
     job = submit_bench(cfg.name, nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                        backend=cfg.backend, cluster=cluster, device=cfg.device,
                        scopes=tuple(scopes.split(",")), min_bytes=min_bytes,

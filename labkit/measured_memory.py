@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from labkit.errors import LabkitError
+from labkit.planner.memory import stage_memory
 
 if TYPE_CHECKING:
     from labkit.config import RunConfig
@@ -83,8 +84,6 @@ def memory_iterations(run_dir: str | Path) -> pd.DataFrame:
 def predicted_memory(cfg: RunConfig) -> pd.DataFrame:
     """The planner's components per pipeline stage, in MB (activations with the logits: the
     engine's count of saved tensors includes the cross entropy's; ``other`` = start-up)."""
-    from labkit.planner.memory import stage_memory
-
     rows = []
     for r in range(cfg.pp):
         st = stage_memory(cfg, r)

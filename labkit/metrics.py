@@ -13,16 +13,16 @@ from typing import Any
 
 import pandas as pd
 
+from labkit.config import RunConfig
 from labkit.errors import LabkitError
 from labkit.hardware import PEAK_TFLOPS, peak_tflops
+from labkit.planner.flops import flops_per_iteration
 
 __all__ = ["PEAK_TFLOPS", "peak_tflops", "model_flops_per_iteration", "tflops_per_gpu", "mfu",
            "add_throughput", "add_mfu", "scaling_efficiency"]
 
 def model_flops_per_iteration(cfg: Any) -> float:
     """Model FLOPs of one iteration of ``cfg`` (the planner's ``flops_per_iteration``)."""
-    from labkit.planner.flops import flops_per_iteration
-
     return float(flops_per_iteration(cfg))
 
 
@@ -63,7 +63,6 @@ def add_throughput(df: pd.DataFrame, cfg: Any = None) -> pd.DataFrame:
     if cfg is None:
         if "run_dir" not in out.columns:
             raise LabkitError("add_throughput needs cfg=RunConfig or a 'run_dir' column (use load_runs)")
-        from labkit.config import RunConfig
 
         parts = []
         for run_dir, g in out.groupby("run_dir", sort=False):

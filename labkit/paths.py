@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from labkit.validate import env_path
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CODE_DIR = REPO_ROOT / "code"
 DATA_DIR = REPO_ROOT / "data"
@@ -25,8 +27,6 @@ MINICLUSTER_SITE = MINICLUSTER_DIR / "site.yaml"
 def run_root() -> Path:
     """The folder that holds ``<name>/`` run directories. ``$LABKIT_RUN_ROOT``, when set, must
     be one line of text (an empty value is refused, not taken as the current directory)."""
-    from labkit.validate import env_path
-
     return (env_path("LABKIT_RUN_ROOT") or REPO_ROOT / "runs").resolve()
 
 

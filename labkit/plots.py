@@ -55,6 +55,7 @@ def format_value(value: float, column: str) -> str:
 
 def _integer_ticks(ax: Axes, *axes_columns: tuple[str, str]) -> None:
     """Integer tick marks on the ``x``/``y`` axis whose column holds whole numbers."""
+    # matplotlib: only when a figure is drawn
     from matplotlib.ticker import MaxNLocator
 
     for which, column in axes_columns:
@@ -66,6 +67,7 @@ def _integer_ticks(ax: Axes, *axes_columns: tuple[str, str]) -> None:
 def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 4)) -> Axes:
     if ax is not None:
         return ax
+    # matplotlib: only when a figure is drawn
     import matplotlib.pyplot as plt
 
     return plt.subplots(figsize=figsize)[1]
@@ -198,6 +200,7 @@ def plot_layout_grid(df: pd.DataFrame, *, value: str = "tokens_per_sec", ax: Axe
                     color="black" if im.norm(v) > 0.6 else "white", fontweight="bold")
     bar = ax.figure.colorbar(im, ax=ax, label=LABELS.get(value, value))
     if np.nanmax(np.abs(data)) >= 1000:
+        # matplotlib: only when a figure is drawn
         from matplotlib.ticker import StrMethodFormatter
 
         bar.formatter = StrMethodFormatter("{x:,.0f}")  # 6,000 rather than 6e+03
@@ -282,6 +285,7 @@ def plot_pipeline_timeline(df: pd.DataFrame, *, iteration: int | None = None,
         raise LabkitError(f"plot_pipeline_timeline: no events for iteration {it}; the timeline "
                           f"has iterations {sorted(df['iteration'].unique())}")
     ax = _ax(ax, (10, 1.2 + 0.7 * d["pp_rank"].nunique()))
+    # matplotlib: only when a figure is drawn
     import matplotlib.colors as mcolors
 
     lo, hi = d["start_ms"].min(), d["end_ms"].max()

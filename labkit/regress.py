@@ -19,6 +19,7 @@ reported, judged only on the cluster a ``"judge_ratios": true`` baseline was tak
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -118,6 +119,7 @@ def _describe_failure(nb_name: str, err: Exception, executed: Path) -> str:
 def run_notebook(nb: Path, out_dir: Path, parameters: dict[str, Any], *,
                  cwd: Path = NOTEBOOK_DIR, timeout_s: int | None = 1800) -> NotebookResult:
     """Execute one notebook with papermill; never raises for a failing cell (see ``error``)."""
+    # papermill: only when the series runs
     import papermill as pm
 
     out_dir = out_dir.resolve()  # the kernel runs in notebooks/: relative paths would move
@@ -252,8 +254,7 @@ def render_report(results: list[NotebookResult], rows: list[Row], profile: str,
 
 def extract_figures(executed_nb: str | Path, fig_dir: Path, limit: int = 3) -> list[Path]:
     """Save the first ``limit`` matplotlib figures of an executed notebook as PNG files."""
-    import base64
-
+    # nbformat: only when figures are saved
     import nbformat
 
     p = Path(executed_nb)
@@ -291,6 +292,7 @@ def preflight(profile: str, backend: str | None) -> None:
         problems.append("backend slurm: there is no sbatch on PATH here (run on the cluster's "
                         "login node, or start the mini-cluster with `labkit cluster up` as root)")
     if profile == "gpu" and (backend or "local") == "local":
+        # torch takes seconds to import: only a gpu run on this machine asks
         import torch
 
         if not torch.cuda.is_available():

@@ -7,7 +7,9 @@ quote it in their fixes and the planner sweeps layouts over it.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from dataclasses import MISSING, fields
 from typing import Any, Protocol
 
 from labkit.errors import ConfigError
@@ -218,8 +220,6 @@ def _rules_without(c: RunFields, problems: list[str]) -> list[str]:
     """The layout rules for the fields the type rules accepted: each field a problem names
     (``name=value ...``) takes its default for the arithmetic, and a rule whose message names
     such a field is left out, so no message shows a number the user did not write."""
-    from dataclasses import MISSING, fields
-
     bad = {m.split("=", 1)[0] for m in problems if "=" in m.split(" ", 1)[0]}
     if not bad:
         return []
@@ -342,10 +342,8 @@ def _cpu_only(c: RunFields) -> list[str]:
 def fused_norms_missing(c: RunFields) -> list[str]:
     """sequence_parallel on CUDA where neither Transformer Engine nor Apex is importable:
     megatron-core's torch LayerNorm refuses it at model build; TE's and Apex's take it."""
-    from importlib.util import find_spec
-
-    if c.device != "cuda" or not c.sequence_parallel or find_spec("transformer_engine") \
-            or find_spec("apex"):
+    if c.device != "cuda" or not c.sequence_parallel or importlib.util.find_spec("transformer_engine") \
+            or importlib.util.find_spec("apex"):
         return []
     return ["sequence_parallel=True needs Transformer Engine or Apex (their LayerNorms split the "
             "sequence; megatron-core's torch LayerNorm does not), and neither is installed here; "

@@ -13,6 +13,7 @@ the run it moved aside is moved back, the small files it replaced get their old 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -94,8 +95,6 @@ def prepare_run_dir(cfg: RunConfig | JobSpec, *, root: str | Path | None = None,
 
 def unwritable(d: Path, e: OSError) -> SubmissionError:
     """The error for a run directory that cannot be written, naming the cause."""
-    import errno
-
     why = {errno.ENOSPC: "the disk is full (ENOSPC): free space there or use another run root",
            errno.EDQUOT: "the disk quota is exceeded (EDQUOT): free space or use another root",
            errno.EROFS: "the file system is read-only (EROFS): use another run root",

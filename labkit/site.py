@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -260,8 +261,6 @@ def _check_container(c: Any) -> list[str]:
 
 def current_user() -> str:
     """The Unix user this process runs as (by uid: $USER can say anything)."""
-    import pwd
-
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid without a passwd entry (some containers)

@@ -30,6 +30,7 @@ PHASES = ("forward", "backward", "optimizer")
 
 def _categories() -> list[str]:
     """Category names in torch's column order (lower case; ``unknown`` for no category)."""
+    # torch takes seconds to import: only when memory is profiled
     from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX
 
     order = sorted(_CATEGORY_TO_INDEX, key=_CATEGORY_TO_INDEX.__getitem__)
@@ -68,6 +69,7 @@ def profile_training_steps(loss_fn: Callable[[], Any], optimizer: Any, *, steps:
     (forward, backward, optimizer, or "" between them) and one ``<category>_mb`` column per
     category (``parameter_mb``, ``optimizer_state_mb``, ``activation_mb``, ``gradient_mb``, ...).
     """
+    # torch takes seconds to import: only when memory is profiled
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.profiler._memory_profiler import MemoryProfileTimeline

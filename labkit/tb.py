@@ -8,6 +8,8 @@ step = iteration. This reads them with TensorBoard's own event loader (both the 
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.errors import LabkitError
+from labkit.paths import REPO_ROOT, run_root
 
 COLUMNS = ["tag", "step", "value", "wall_time"]
 
@@ -24,6 +27,7 @@ def _event_dirs(root: Path) -> list[Path]:
 
 
 def _scalars_of(directory: Path) -> list[tuple[str, int, float, float]]:
+    # tensorboard: only when event files are read
     from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.util import tensor_util
 
@@ -79,8 +83,6 @@ def tensorboard_command(logdir: str | Path | None = None, *, port: int = 6006,
     listens on: ``localhost`` for a browser on this machine or an ssh tunnel to it.
     """
     if logdir is None:
-        from labkit.paths import run_root
-
         logdir = run_root()
     exe = Path(sys.executable).with_name("tensorboard")
     prog = str(exe) if exe.exists() else (shutil.which("tensorboard") or "tensorboard")
@@ -91,11 +93,6 @@ def tensorboard_command_line(*, port: int = 6006, host: str = "localhost") -> st
     """``tensorboard_command`` on the run root as a student types it in a terminal opened in the
     repository: ``"$LABKIT_RUN_ROOT"`` when that variable sets the run root, else the run root
     and the venv's tensorboard relative to the repository (no absolute path of this machine)."""
-    import os
-    import shlex
-
-    from labkit.paths import REPO_ROOT
-
     def typed(path: str) -> str:
         rel = os.path.relpath(path, REPO_ROOT)
         return path if rel.startswith("..") else rel

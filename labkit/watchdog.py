@@ -167,6 +167,7 @@ class _LogFollower:
 # --- the ranks' processes and their stacks ---------------------------------------------------
 def rank_processes(job: JobLike) -> list[tuple[int | None, int]]:
     """(rank, pid) of the job's worker processes visible from here (env RANK set by torchrun)."""
+    # psutil: only for a hang report
     import psutil
 
     if job.backend == "local":

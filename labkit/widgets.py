@@ -12,25 +12,20 @@ from typing import Any
 
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
+from labkit.planner import plan as _plan
 
 
 def evaluate_layout(profile: str = "cpu", **fields: Any) -> dict[str, Any]:
     """Validate a layout and predict its memory per pipeline stage.
 
     Returns ``{"valid": bool, "errors": [...], "summary": str, "plan": dict | None}``;
-    ``plan`` is the planner's ``plan(cfg).to_dict()`` when the planner is available.
+    ``plan`` is the planner's ``plan(cfg).to_dict()``.
     """
     try:
         cfg = RunConfig.for_profile(profile, **fields)
     except ConfigError as e:
         return {"valid": False, "errors": e.violations, "summary": "", "plan": None}
-    plan = None
-    try:
-        from labkit.planner import plan as _plan
-        plan = _plan(cfg).to_dict()
-    except ImportError:  # the builder still validates without the planner
-        pass
-    return {"valid": True, "errors": [], "summary": cfg.summary(), "plan": plan}
+    return {"valid": True, "errors": [], "summary": cfg.summary(), "plan": _plan(cfg).to_dict()}
 
 
 def render_layout_html(result: dict[str, Any]) -> str:
@@ -81,6 +76,7 @@ def layout_builder(profile: str = "cpu", *, nodes: int = 2, gpus_per_node: int =
     RunConfig fields (e.g. ``num_layers``). The memory slider sets what ``fits`` compares with:
     ``gpu_memory_gb``, or ``memory_limit_gb`` on a CPU profile that has such a cap.
     """
+    # ipywidgets and IPython: only inside a notebook
     import ipywidgets as w
 
     ws = nodes * gpus_per_node
@@ -126,6 +122,7 @@ def job_snapshot(job: Any, lines: int = 5) -> str:
     name = getattr(job, "name", None) or getattr(job, "job_id", "?")
     if callable(getattr(job, "status_line", None)):  # PENDING's reason, RUNNING's iteration
         state = job.status_line(state)
+    # labkit.lab brings pandas: the layout builder stays light
     from labkit.lab import shown
 
     return shown(f"{name} [{state}] {getattr(job, 'run_dir', '')}\n{tail}")
@@ -134,6 +131,7 @@ def job_snapshot(job: Any, lines: int = 5) -> str:
 def job_monitor(job: Any, *, refresh_s: float = 2.0, timeout_s: float | None = None,
                 lines: int = 5) -> Any:
     """Show a job's state and log tail, refreshed until it ends; returns the final state."""
+    # ipywidgets and IPython: only inside a notebook
     import ipywidgets as w
     from IPython.display import display
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,102 @@ def test_no_import_cycle_among_labkit_modules():
         graph[name] -= {"labkit"}  # the top package only re-exports config and errors
     cyc = _cycle(graph)
     assert cyc is None, "import cycle: " + " -> ".join(cyc)
+
+
+# Imported inside a function only: these take long to import (or pull in what does), and the
+# command line starts without them.
+HEAVY = {"torch", "pandas", "numpy", "matplotlib", "tensorboard", "ipywidgets", "IPython",
+         "papermill", "nbformat", "psutil", "tqdm"}
+
+
+def _top_level_imports(path: Path, name: str) -> set[str]:
+    """What a module imports when it is imported (not inside functions, not type-only)."""
+    out: set[str] = set()
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and sub is not node:
+                break
+            if isinstance(sub, ast.Import | ast.ImportFrom):
+                out |= _targets(sub, path, name)
+    return out
+
+
+def _targets(node: ast.Import | ast.ImportFrom, path: Path, name: str) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    base = node.module or ""
+    if node.level:
+        pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join(pkg + ([base] if base else []))
+    return {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _heavy_modules() -> set[str]:
+    """labkit's modules whose import pulls in a HEAVY package (directly or through another)."""
+    top = {m: _top_level_imports(p, m) for m, p in MODULES.items()}
+    heavy = {m for m, deps in top.items() if any(d.split(".")[0] in HEAVY for d in deps)}
+    grew = True
+    while grew:
+        more = {m for m, deps in top.items() if m not in heavy and deps & heavy}
+        grew, heavy = bool(more), heavy | more
+    return heavy
+
+
+def _lazy_imports(path: Path, name: str, heavy: set[str]) -> list[str]:
+    """Imports inside functions that are not of a heavy module or do not say why (a comment
+    on the line, or on the line above the block of imports it opens)."""
+    lines = path.read_text().splitlines()
+    out = []
+    for fn in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            targets = _targets(node, path, name)
+            if not any(t.split(".")[0] in HEAVY or t in heavy for t in targets):
+                out.append(f"{node.lineno}: {sorted(targets)} is quick to import: import it at the top")
+                continue
+            first = node.lineno
+            while first > 1 and lines[first - 2].strip().startswith(("import ", "from ")):
+                first -= 1
+            if "#" not in lines[node.lineno - 1] and not lines[first - 2].strip().startswith("#"):
+                out.append(f"{node.lineno}: {sorted(targets)} imported in a function without a reason")
+    return sorted(set(out))
+
+
+def test_the_lazy_import_check_finds_both_faults(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    import json\n\n\ndef g():\n    import torch\n\n\n"
+                 "def h():\n    # torch: only here\n    import torch\n    import numpy\n")
+    assert _lazy_imports(f, "labkit.m", set()) == [
+        "2: ['json'] is quick to import: import it at the top",
+        "6: ['torch'] imported in a function without a reason"]
+
+
+def test_imports_inside_functions_only_keep_heavy_ones_off_the_start_up():
+    heavy = _heavy_modules()
+    assert {"labkit.logs", "labkit.plots"} <= heavy and "labkit.config" not in heavy
+    offenders = [f"{p.relative_to(REPO)}:{x}" for m, p in MODULES.items()
+                 for x in _lazy_imports(p, m, heavy)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_command_line_starts_without_heavy_packages():
+    code = ("import sys, labkit.cli; print(','.join(sorted(m for m in sys.modules "
+            f"if m.split('.')[0] in {sorted(HEAVY)!r})))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "", f"labkit.cli imports {p.stdout.strip()} at start-up"
 
 
 SLURM_COMMANDS = {"sbatch", "squeue", "scontrol", "sinfo", "scancel", "sacct"}

@@ -25,6 +25,7 @@ from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
+from labkit.planner import plan
 from labkit.rundir import claim_run_dir, unwritable
 from labkit.site import ClusterProfile, as_profile
 
@@ -33,8 +34,6 @@ __all__ = ["FINISHED", "Job", "JobSpec", "JobState", "submit",
 
 
 def _write_plan(cfg: RunConfig, d: Path) -> None:
-    from labkit.planner import plan
-
     try:
         (d / "plan.json").write_text(json.dumps(plan(cfg).to_dict(), indent=2) + "\n")
     except Exception as e:  # the plan is a convenience; never block a submission on it

@@ -22,9 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit._logging import log
+from labkit.backends.ownership import refuse_if_live, verify_owned
+from labkit.backends.queue import describe, latest_iteration
 from labkit.errors import ConfigError, JobFailedError, LabkitError
 from labkit.jobstate import FINISHED, JobState
 from labkit.paths import run_root
+from labkit.rules import NAME_RE
 
 __all__ = ["FINISHED", "JOB_FILE", "Job", "JobState", "Watcher", "backend_module"]
 
@@ -107,8 +111,6 @@ class Job:
         left as it is (False). A job read from disk is checked to be the caller's own first
         (``ownership.verify_owned``: NotOwnedError otherwise)."""
         if not self._verified:
-            from labkit.backends.ownership import verify_owned
-
             verify_owned(self)
             self._verified = True
         if self.state().finished:
@@ -131,8 +133,6 @@ class Job:
     def status_line(self, state: JobState | None = None) -> str:
         """The state, with Slurm's reason and place in the queue while PENDING, or the latest
         iteration, lm loss and time per iteration while RUNNING (``labkit.backends.queue``)."""
-        from labkit.backends.queue import describe, latest_iteration
-
         st = state or self.state()
         return describe(str(st), backend=self.backend, job_id=self.job_id, info=self.info,
                         latest=latest_iteration(self.tail(40).encode()))
@@ -171,6 +171,7 @@ class Job:
                     or not hang_timeout > 0:
                 raise ConfigError(f"hang_timeout={hang_timeout!r} must be a number of seconds "
                                   f"> 0 (e.g. 300), or None for no hang watchdog")
+            # the watchdog reads logs with pandas: only with a hang timeout
             from labkit.watchdog import HangWatchdog
 
             watchers.append(HangWatchdog(hang_timeout, cancel=True))
@@ -199,8 +200,6 @@ class Job:
         return st
 
     def _interrupted(self, cancel: bool) -> None:
-        from labkit._logging import log
-
         try:
             if self.state().finished:
                 return
@@ -237,8 +236,6 @@ class Job:
 def guard_not_live(run_dir: str | Path, doing: str = "move it aside") -> None:
     """Raise SubmissionError when a PENDING or RUNNING job holds ``run_dir`` (its record there
     says which); a directory without a readable record holds nothing."""
-    from labkit.backends.ownership import refuse_if_live
-
     d = Path(run_dir)
     if not (d / JOB_FILE).exists():
         return
@@ -254,8 +251,6 @@ _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 def _record_fields(d: Any, f: Path) -> dict[str, Any]:
     """The fields of a job record, checked; LabkitError naming the first bad one."""
-    from labkit.rules import NAME_RE
-
     def bad(what: str) -> LabkitError:
         return LabkitError(f"malformed labkit job record {f}: {what}; labkit leaves it alone "
                            f"(move it away, or resubmit the run)")
@@ -294,6 +289,7 @@ _STATE_HINTS = {
 def _diagnosis(job: Job, st: JobState) -> str | None:
     """The log parser's hint for the most likely root cause (``labkit.logs.diagnose``)."""
     try:
+        # labkit.logs brings pandas: off the CLI's start-up
         from labkit.logs import diagnose
 
         failures = diagnose(job.log_path, exit_code=job.exit_code(), job_state=str(st))
@@ -310,6 +306,7 @@ class _Progress:
     """A tqdm bar over training iterations, fed by reading the log's new bytes."""
 
     def __init__(self, job: Job):
+        # tqdm: only while a progress bar is shown
         from tqdm.auto import tqdm
 
         self.job, self.offset, self.done, self.latest = job, 0, 0, None
@@ -333,7 +330,6 @@ class _Progress:
         if its and max(its) > self.done:
             self.bar.update(max(its) - self.done)
             self.done = max(its)
-        from labkit.backends.queue import describe, latest_iteration
 
         self.latest = latest_iteration(chunk[:cut]) or self.latest
         self.bar.set_postfix_str(describe(str(st), backend=self.job.backend, job_id=self.job.job_id,

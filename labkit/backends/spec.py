@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from labkit.errors import ConfigError
+from labkit.megatron_args import flag_groups
 from labkit.rules import DEVICES, NAME_RE
 from labkit.validate import script_text_problems
 
@@ -79,8 +80,6 @@ class JobSpec:
     @classmethod
     def from_config(cls, cfg: RunConfig) -> JobSpec:
         """The job shape of a training run, with its Megatron-LM flags."""
-        from labkit.megatron_args import flag_groups
-
         return cls(name=cfg.name, nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node,
                    device=cfg.device, nccl_debug=bool(cfg.nccl_debug),
                    layout=f"TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}",

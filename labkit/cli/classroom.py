@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from labkit.classroom import cancel_all, class_cancel_all, class_clean, class_status, clean
 from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, site_of, warn
 
 _keep_last = int_at_least(0)
@@ -72,8 +73,6 @@ def _show_freed(freed: list, as_json: bool, dry_run: bool) -> None:  # list of F
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from labkit.classroom import clean
-
     freed = clean(site_of(args), dry_run=args.dry_run, keep_last=args.keep_last,
                   whole_runs=args.runs)
     _show_freed(freed, args.json, args.dry_run)
@@ -81,8 +80,6 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_class_status(args: argparse.Namespace) -> int:
-    from labkit.classroom import class_status
-
     rows = class_status(site_of(args))
     if args.json:
         show_json(rows)
@@ -117,15 +114,11 @@ def _show_cancelled(rows: list[dict], as_json: bool) -> None:
 
 
 def cmd_class_cancel(args: argparse.Namespace) -> int:
-    from labkit.classroom import class_cancel_all
-
     _show_cancelled(class_cancel_all(site_of(args)), args.json)
     return 0
 
 
 def cmd_class_clean(args: argparse.Namespace) -> int:
-    from labkit.classroom import class_clean
-
     freed = class_clean(site_of(args), dry_run=args.dry_run, keep_last=args.keep_last,
                         whole_runs=args.runs)
     _show_freed(freed, args.json, args.dry_run)
@@ -134,8 +127,6 @@ def cmd_class_clean(args: argparse.Namespace) -> int:
 
 def cmd_cancel_all(args: argparse.Namespace) -> int:
     """``labkit cancel --all``: the caller's own PENDING/RUNNING labkit jobs."""
-    from labkit.classroom import cancel_all
-
     rows = cancel_all(site_of(args))
     if not rows and not args.json:
         warn("no labkit job of yours is pending or running")

@@ -9,7 +9,11 @@ import argparse
 import sys
 import time
 
+from labkit.backends import JobState, job_states, submit
+from labkit.classroom import find_job, my_jobs, my_roots
+from labkit.cli.classroom import cmd_cancel_all
 from labkit.cli.common import add_backend, add_cluster, add_json, for_cli_users, say, show_json, site_of, warn
+from labkit.config import RunConfig
 
 JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit status)"
 
@@ -80,7 +84,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 # --- handlers ----------------------------------------------------------------------------------
 def _finished(job, state, as_json: bool) -> int:  # noqa: ANN001 - a Job and its JobState
-    from labkit.backends import JobState
 
     if state is JobState.COMPLETED:
         return 0
@@ -92,9 +95,6 @@ def _finished(job, state, as_json: bool) -> int:  # noqa: ANN001 - a Job and its
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from labkit.backends import submit
-    from labkit.config import RunConfig
-
     cfg = RunConfig.from_json(args.config)
     local = (args.backend or cfg.backend) == "local" and not args.cluster  # no site to read
     job = submit(cfg, backend=args.backend, cluster=None if local else site_of(args),
@@ -112,9 +112,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from labkit.backends import job_states
-    from labkit.classroom import find_job, my_jobs, my_roots
-
     site = site_of(args)
     jobs = [find_job(args.job, site)] if args.job else my_jobs(site)
     states = job_states(jobs)
@@ -133,8 +130,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from labkit.classroom import find_job
-
     job = find_job(args.job, site_of(args))
     warn(f"watching {job.backend} job {job.job_id} ({job.name}); a hang is {args.hang_timeout:g} s "
          f"without a new iteration")
@@ -144,8 +139,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from labkit.classroom import find_job
-
     job = find_job(args.job, site_of(args))
     offset = 0
     while True:
@@ -165,9 +158,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from labkit.classroom import find_job
-    from labkit.cli.classroom import cmd_cancel_all
-
     if args.all == bool(args.job):
         warn("labkit cancel: name one JOB to cancel, or --all for every labkit job of yours")
         return 2

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
 from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
+from labkit.config import PRESETS, PROFILES, RunConfig
 from labkit.errors import ConfigError, LabkitError
-
-if TYPE_CHECKING:
-    from labkit.config import RunConfig
+from labkit.hosts import cluster_hosts
+from labkit.paths import run_dir, run_root
+from labkit.planner.calibration import calibrated_hardware, describe
+from labkit.planner.plan import base_config, format_layouts, plan, plan_layouts
+from labkit.render import (
+    job_hosts,
+    render_hostfile,
+    render_hostfile_launch,
+    render_local,
+    render_sbatch,
+    render_site_hostfile,
+)
+from labkit.site import load_cluster, resolve_cluster
 
 
 def _presets() -> list[str]:
-    from labkit.config import PRESETS
-
     return list(PRESETS)
 
 
 def _profiles() -> list[str]:
-    from labkit.config import PROFILES
-
     return list(PROFILES)
 
 
@@ -104,8 +110,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 # --- handlers ----------------------------------------------------------------------------------
 def cmd_check(args: argparse.Namespace) -> int:
-    from labkit.config import RunConfig
-
     if not args.config and not args.cluster:
         warn("labkit check: give CONFIG.json, or --cluster SITE.yaml to check a site profile")
         return 2
@@ -136,7 +140,6 @@ def _site_memory(cfg: RunConfig, cluster: str | None, given: float | None) -> Ru
         return cfg.replace(gpu_memory_gb=given)
     if cfg.device != "cuda":
         return cfg
-    from labkit.site import resolve_cluster
 
     site = resolve_cluster(cluster)
     if site.gpu_memory_gb is None or float(site.gpu_memory_gb) == cfg.gpu_memory_gb:
@@ -148,9 +151,6 @@ def _site_memory(cfg: RunConfig, cluster: str | None, given: float | None) -> Ru
 
 def _check_on_site(cfg: RunConfig, cluster: str) -> None:
     """ConfigError naming what a GPU config asks of the site's GPUs that they do not have."""
-    from labkit.planner import plan
-    from labkit.site import load_cluster
-
     site = load_cluster(cluster)
     if cfg.device != "cuda":
         return
@@ -172,10 +172,9 @@ def _check_on_site(cfg: RunConfig, cluster: str) -> None:
 
 
 def _check_cluster(path: str, *, as_json: bool) -> int:
-    from labkit.site import load_cluster
-
     try:
         site = load_cluster(path)
+        cluster_hosts(site)  # a hostfile's host names too
     except ConfigError as e:
         if not as_json:
             raise
@@ -196,9 +195,6 @@ def _check_cluster(path: str, *, as_json: bool) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from labkit.paths import run_dir, run_root
-    from labkit.planner.plan import base_config
-
     base = base_config(args.preset, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                        profile=args.profile)
     base = _site_memory(base, args.cluster, None)
@@ -207,8 +203,6 @@ def cmd_new(args: argparse.Namespace) -> int:
                        backend="slurm" if args.cluster else base.backend)
     root = run_root()
     if args.cluster:
-        from labkit.site import resolve_cluster
-
         cluster = resolve_cluster(args.cluster)
         root = cluster.run_root_path() or root
     d = run_dir(cfg.name, root)
@@ -230,9 +224,6 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from labkit.config import RunConfig
-    from labkit.planner.plan import base_config, format_layouts, plan, plan_layouts
-
     sweep = any(v is not None for v in (args.world_size, args.nodes, args.gpus_per_node))
     if args.config and args.preset:
         raise ConfigError(f"labkit plan takes CONFIG.json or --preset, not both (got "
@@ -253,7 +244,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
                        gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
                        profile=args.profile)
     base = _site_memory(base, args.cluster, args.gpu_memory_gb)
-    from labkit.planner.calibration import calibrated_hardware, describe
 
     hw = calibrated_hardware(base)  # this machine's or cluster's measurements, where stored
     layouts = plan_layouts(nodes=base.nodes, gpus_per_node=base.gpus_per_node, model=base,
@@ -276,15 +266,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from labkit.config import RunConfig
-    from labkit.paths import run_dir
-    from labkit.render import render_hostfile, render_local, render_sbatch
-
     cfg = RunConfig.from_json(args.config)
     backend = args.backend or cfg.backend
     if backend == "hostfile":  # the site's hosts: their hostfile, or the launch script
-        from labkit.render import job_hosts, render_hostfile_launch, render_site_hostfile
-        from labkit.site import resolve_cluster
 
         cluster = resolve_cluster(args.cluster)
         if args.hostfile:
@@ -299,8 +283,6 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 0
     d = run_dir(cfg.name)
     if backend == "slurm":
-        from labkit.site import resolve_cluster
-
         cluster = resolve_cluster(args.cluster)
         if cluster.run_root:
             d = cluster.run_root_path() / cfg.name

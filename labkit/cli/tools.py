@@ -6,6 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+from labkit import minicluster, regress
 from labkit.cli.common import (
     add_backend,
     add_cluster,
@@ -16,6 +17,7 @@ from labkit.cli.common import (
     show_json,
     warn,
 )
+from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
 from labkit.errors import LabkitError
 from labkit.site import named_cluster
 
@@ -104,6 +106,7 @@ def _found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
+    # labkit.logs brings pandas: off the CLI's start-up
     from labkit.logs import parse_log, summary
 
     missing = [p for p in args.logs if not Path(p).is_file()]
@@ -134,8 +137,6 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
-
     results = run_doctor(args.cluster, hostfile=args.hostfile, nodes=args.nodes,
                          timeout_s=args.timeout, backend=args.backend, for_class=args.for_class,
                          students=args.students)
@@ -147,8 +148,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from labkit import minicluster
-
     if args.action == "up":
         minicluster.cluster_up(args.nodes, args.cpus_per_node, args.rate)
     elif args.action == "down":
@@ -168,8 +167,6 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from labkit import regress
-
     if args.write_baseline:
         say(str(regress.write_baseline(args.write_baseline, args.baseline)))
         return 0

@@ -8,6 +8,7 @@ two local processes on a plain machine.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -63,6 +64,7 @@ def check_python(ctx: Context) -> Result:
 
 def check_gpus(ctx: Context) -> Result:
     name = "CUDA and GPUs"
+    # torch takes seconds to import: only the GPU check needs it
     import torch
 
     here = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -146,7 +148,6 @@ def check_accounting(ctx: Context) -> Result:
 
 def check_ulimit(ctx: Context) -> Result:
     name = "open files (ulimit -n)"
-    import resource
 
     here = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     per_node = {sitechecks.node_name(p): p.get("nofile_soft")

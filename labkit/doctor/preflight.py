@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
+from labkit import minicluster
 from labkit.doctor.checks import CHECKS, CLASS_CHECKS, FAIL, PASS, SKIP, WARN, CheckFn, Result
 from labkit.doctor.context import DEFAULT_TIMEOUT_S, Context, run_probes
 from labkit.doctor.probe import ProbeRun
@@ -43,8 +45,6 @@ def run_doctor(cluster: ClusterProfile | str | Path | None = None, *,
     profile = named_cluster(cluster)  # the site resolved here, once, and passed down
     wants_slurm = profile is not None
     if profile is None:
-        from labkit import minicluster
-
         up = minicluster.is_up()
         profile = None if not up else (minicluster.minicluster_hostfile_cluster()
                                        if backend == "hostfile" else minicluster.minicluster_cluster())
@@ -72,8 +72,6 @@ def doctor_json(results: list[Result]) -> dict[str, list[dict[str, str]]]:
 
 def render_table(results: list[Result], width: int = 100) -> str:
     """A readable table: status, check, detail; the fix under each WARN/FAIL. Pure."""
-    import textwrap
-
     name_w = max([len(r.name) for r in results] + [5])
     lines = [f"{'STATUS':6}  {'CHECK':{name_w}}  DETAIL", f"{'-' * 6}  {'-' * name_w}  {'-' * 6}"]
     pad = " " * (6 + 2 + name_w + 2)

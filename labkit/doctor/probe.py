@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from labkit import slurmcli
+from labkit.backends import slurm
+from labkit.backends.spec import JobSpec
+from labkit.errors import LabkitError
 from labkit.paths import CODE_DIR
 from labkit.site import ClusterProfile
 from labkit.slurmcli import SlurmError
@@ -100,10 +103,6 @@ def slurm_probe(cluster: ClusterProfile, out: Path, nodes: int, probe_args: list
     """Submit the probe as a job of ``nodes`` nodes (one task each, one GPU each with ``gpu``),
     wait for it at most ``timeout_s`` seconds, cancel it if it is still there, and return what
     its ranks wrote to ``out`` (the job's run directory)."""
-    from labkit.backends import slurm
-    from labkit.backends.spec import JobSpec
-    from labkit.errors import LabkitError
-
     run = ProbeRun("slurm", nodes, out)
     spec = JobSpec(name=f"labkit-doctor-{out.name[-6:]}", nodes=nodes, gpus_per_node=1,
                    device="cuda" if gpu else "cpu", layout="doctor probe: one task per node")

@@ -3,12 +3,15 @@ the per-user run roots and whether a class's jobs fit the partition at once."""
 
 from __future__ import annotations
 
+import grp
 import math
+import pwd
 import stat
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from labkit.config import RunConfig
 from labkit.doctor.fit import class_fit, node_slots, partition_nodes
 from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
 
@@ -50,8 +53,6 @@ def check_probe_job(ctx: Context) -> Result:
 
 
 def _needs(ctx: Context) -> tuple[str, int, int]:
-    from labkit.config import RunConfig
-
     profile = "gpu" if ctx.wants_cuda else "cpu"
     cfg = RunConfig.for_profile(profile, cluster=ctx.profile)
     return profile, cfg.seq_length, cfg.vocab_size
@@ -126,9 +127,6 @@ def _try_write(root: Path) -> str | None:
 
 def _others(parent: Path, students: int | None) -> tuple[str, str, str]:
     """(status, detail, fix) of whether other users get their own folder in ``parent``."""
-    import grp
-    import pwd
-
     st = parent.stat()
     mode = stat.S_IMODE(st.st_mode)
     owner = pwd.getpwuid(st.st_uid).pw_name if _has_uid(st.st_uid) else str(st.st_uid)
@@ -158,8 +156,6 @@ def _others(parent: Path, students: int | None) -> tuple[str, str, str]:
 
 
 def _has_uid(uid: int) -> bool:
-    import pwd
-
     try:
         pwd.getpwuid(uid)
         return True
@@ -168,8 +164,6 @@ def _has_uid(uid: int) -> bool:
 
 
 def _has_gid(gid: int) -> bool:
-    import grp
-
     try:
         grp.getgrgid(gid)
         return True

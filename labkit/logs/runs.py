@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from labkit.config import RunConfig
 from labkit.errors import LabkitError
 from labkit.logs.parse import ParsedLog, parse_log
 
@@ -58,8 +59,6 @@ def parse_run(run_dir: str | Path) -> ParsedLog:
     cfg_path = d / "config.json"
     cols: dict[str, Any] = {"run_dir": str(d)}
     if cfg_path.is_file():
-        from labkit.config import RunConfig
-
         cfg = RunConfig.from_json(cfg_path)
         cols.update(config_columns(cfg))
         its = parsed.iterations

@@ -32,6 +32,7 @@ from typing import Any
 
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
+from labkit.paths import run_root
 from labkit.planner.flops import (
     HARDWARE,
     Hardware,
@@ -127,8 +128,6 @@ def load_calibration(device: str, *, precision: str | None = None,
                      root: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The newest ``compute`` (of that device and precision) and ``links`` (of that device)
     measurements under the run root (``runs/*/calibration.json``); a key is absent when none."""
-    from labkit.paths import run_root
-
     base = Path(root) if root is not None else run_root()
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(base.glob(f"*/{CALIBRATION_FILE}")) if base.is_dir() else []:

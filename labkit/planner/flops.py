@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labkit.hardware import PEAK_TFLOPS
+from labkit.planner.grid import rank_grid
 from labkit.planner.memory import element_bytes, stage_params
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ def comm_volume(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     * dp: the stage's fp32 gradients all-reduced once per iteration; with the distributed
       optimizer a reduce-scatter of the gradients and an all-gather of the updated weights.
     """
-    from labkit.planner.grid import rank_grid
-
     grid = rank_grid(cfg.world_size, cfg.tp, cfg.pp, cfg.gpus_per_node)
     crossing = {axis: grid.crosses_nodes(axis) for axis in ("tp", "dp", "pp")}
     e = element_bytes(cfg.precision)

@@ -115,6 +115,7 @@ class RankGrid:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per rank: node, local rank, coordinates and group index per axis."""
+        # pandas: only to_frame() needs it
         import pandas as pd
 
         index = {axis: {r: i for i, g in enumerate(gs) for r in g}

@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.config import RunConfig, require_config
+from labkit.config import PROFILES, RunConfig, require_config
 from labkit.errors import ConfigError
 from labkit.planner.flops import (
     Hardware,
@@ -274,8 +274,6 @@ def base_config(model: str | RunConfig = "tiny", *, world_size: int | None = Non
     The global batch of a preset is the profile's, raised to a multiple of micro batch x world
     size so that every data-parallel size of the sweep divides it.
     """
-    from labkit.config import PROFILES
-
     if isinstance(model, RunConfig):
         base = model.to_dict()
         pdef = {"nodes": model.nodes, "gpus_per_node": model.gpus_per_node}

@@ -55,6 +55,22 @@ def _word(v: Any) -> bool:
     return isinstance(v, str) and bool(v) and len(v) <= 255 and not any(c.isspace() for c in v)
 
 
+# A host name reaches ssh and pdsh as an argument: one starting with '-' would be an option
+# (``-oProxyCommand=...`` runs a command). Names: letters, digits, '-', '_', '.'; addresses
+# may also hold ':' (IPv6). Neither may start with '-' or '.'.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}\Z")
+_HOST_ADDRESS = re.compile(r"[A-Za-z0-9_:][A-Za-z0-9_.:-]{0,252}\Z")
+
+
+def host_name_problem(what: str, v: Any, *, address: bool = False) -> str | None:
+    """Why ``v`` cannot be a host name (or, ``address``, a host name or IP address), or None."""
+    if isinstance(v, str) and (_HOST_ADDRESS if address else _HOST_NAME).fullmatch(v):
+        return None
+    allowed = "letters, digits, '-', '_', '.'" + (" and ':'" if address else "")
+    return (f"{what}={v!r:.80} is not a host name: use {allowed}, not starting with '-' or '.' "
+            f"(a name starting with '-' would reach ssh and pdsh as an option)")
+
+
 def check_hosts(p: HostsOfSite) -> list[str]:
     """What is wrong with a profile's ``launcher``, ``hosts`` and ``hostfile`` (one line each)."""
     out = []
@@ -75,13 +91,13 @@ def check_hosts(p: HostsOfSite) -> list[str]:
             out.append(f"hosts[{i}] has unknown keys {sorted(map(str, set(h) - set(HOST_KEYS)))}; "
                        f"valid: {', '.join(HOST_KEYS)}")
         name = h.get("name")
-        if not _word(name):
-            out.append(f"hosts[{i}] name={name!r:.60} must be a host name without spaces, "
-                       f"{_EXAMPLE}")
+        if why := host_name_problem(f"hosts[{i}] name", name):
+            out.append(f"{why}, {_EXAMPLE}")
         names.append(name)
-        if h.get("address") is not None and not _word(h.get("address")):
-            out.append(f"hosts[{i}] ({name}) address={h.get('address')!r:.60} must be a host name "
-                       f"or IP address without spaces")
+        if h.get("address") is not None and (
+                why := host_name_problem(f"hosts[{i}] ({name!s:.60}) address", h.get("address"),
+                                         address=True)):
+            out.append(why)
         s = h.get("slots")
         if isinstance(s, bool) or not isinstance(s, int) or not 0 < s <= 4096:
             out.append(f"hosts[{i}] ({name}) slots={s!r:.20} must be a positive integer "
@@ -103,6 +119,8 @@ def parse_hostfile(text: str, source: str = "hostfile") -> list[Host]:
         if not m or int(m.group(2)) <= 0:
             raise ConfigError(f"{source} line {n}: {line[:80]!r} is not `NAME slots=N` (N > 0), "
                               f"e.g. `worker-1 slots=8`")
+        if why := host_name_problem("host", m.group(1)):
+            raise ConfigError(f"{source} line {n}: {why}")
         if any(h.name == m.group(1) for h in hosts):
             raise ConfigError(f"{source} line {n}: host {m.group(1)!r} is listed twice; list "
                               f"each host once with all its slots")

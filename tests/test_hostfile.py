@@ -54,7 +54,7 @@ def test_mixed_slots_and_what_does_not_fit():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"hosts": [{"name": "a b", "slots": 2}]}, "must be a host name without spaces"),
+    ({"hosts": [{"name": "a b", "slots": 2}]}, "'a b' is not a host name"),
     ({"hosts": [{"name": "n1", "slots": 0}]}, "slots=0 must be a positive integer"),
     ({"hosts": [{"name": "n1", "slots": True}]}, "slots=True must be a positive integer"),
     ({"hosts": [{"name": "n1", "slots": 2, "gpus": 2}]}, "unknown keys ['gpus']"),

@@ -7,6 +7,9 @@ one clear LabkitError naming the value and the fix, before anything is written o
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from labkit.backends.spec import JobSpec
@@ -49,3 +52,69 @@ def test_submit_bench_refuses_control_characters_before_writing(run_root, kw, na
     with pytest.raises(ConfigError, match=named):
         submit_bench("bw", **kw)
     assert not any(run_root.iterdir())
+
+
+# ---- host names: a grammar, and '--' before the host on ssh's command line ----------------
+
+EVIL_HOST = "-oProxyCommand=touch${IFS}/tmp/PWNED"
+
+
+def _hostfile_site(tmp_path, line: str) -> Path:
+    hf = tmp_path / "hostfile"
+    hf.write_text(f"node1 slots=2\n{line}\n")
+    site = tmp_path / "hf.yaml"
+    site.write_text(f"name: hf\nhostfile: {hf}\ngpu_request: none\n")
+    return site
+
+
+@pytest.mark.parametrize("line", [f"{EVIL_HOST} slots=2", "-x slots=1", ".hidden slots=1",
+                                  "a;b slots=1", "$(id) slots=1"])
+def test_check_cluster_refuses_a_hostfile_host_that_is_not_a_host_name(tmp_path, capsys, line):
+    from labkit.cli import main
+
+    assert main(["check", "--cluster", str(_hostfile_site(tmp_path, line))]) == 2
+    assert "is not a host name" in capsys.readouterr().err
+    assert main(["check", "--json", "--cluster", str(_hostfile_site(tmp_path, line))]) == 2
+    assert "is not a host name" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field,value", [("name", EVIL_HOST), ("address", "-oX=y"),
+                                         ("name", "node 1"), ("name", "")])
+def test_a_profile_host_that_is_not_a_host_name_is_refused(field, value):
+    from labkit.site import ClusterProfile
+
+    host = {"name": "node1", "slots": 1, field: value}
+    with pytest.raises(ConfigError, match="is not a host name"):
+        ClusterProfile(name="hosts", hosts=(host,))
+
+
+def test_host_names_and_addresses_that_are_real_pass():
+    from labkit.hosts import host_name_problem
+
+    for name in ("node1", "gpu-a100-07.cluster.example.org", "worker_3", "10.0.0.11"):
+        assert host_name_problem("h", name) is None
+    assert host_name_problem("h", "fe80::1", address=True) is None
+
+
+def test_doctor_never_dials_a_hostfile_host_that_is_not_a_host_name(tmp_path, monkeypatch):
+    from stub_commands import install, records
+
+    from labkit.doctor import CHECKS, FAIL, run_doctor
+
+    install(tmp_path / "bin", ["ssh", "pdsh"])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_LOG", str(tmp_path / "log"))
+    (tmp_path / "log").mkdir()
+    hf = tmp_path / "hostfile"
+    hf.write_text(f"{EVIL_HOST} slots=2\n")
+    some = [c for c in CHECKS if c[0] == "hostfile"]
+    results = run_doctor(hostfile=hf, checks=some, backend="hostfile")
+    assert results[0].status == FAIL and "is not a host name" in results[0].detail, results
+    assert records(tmp_path / "log") == []  # neither ssh nor pdsh ran
+
+
+def test_ssh_reads_the_host_after_double_dash():
+    from labkit.backends import hostfile
+    from labkit.doctor import hostchecks
+
+    assert hostfile.SSH[-1] == "--" and hostchecks.SSH[-1] == "--"

@@ -45,7 +45,8 @@ from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"
 TOKEN_ENV = "LABKIT_JOB_TOKEN"
-SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+# '--': the host name that follows is never read as an option
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--"]
 # On a host: the pids of this network namespace's processes carrying the token, then signal
 # them. Bash and /proc only, so it runs on any Linux host (the token is hex: no quoting issue).
 _REMOTE_KILL = r"""

@@ -20,7 +20,8 @@ from labkit.errors import ConfigError
 from labkit.hosts import Host, cluster_hosts, parse_hostfile
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+# '--': the host name that follows is never read as an option
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--"]
 DEFAULT_PORT = 29500
 Outcome = tuple[str, str, str]
 

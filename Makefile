@@ -78,7 +78,10 @@ gpu-check:
 	@$(GPU_PYTHON) benchmarks/bench_gpu.py --require-cuda
 	@ls $(GPU_WHEELS)/*.whl >/dev/null || { echo "gpu-check: no wheels in $(GPU_WHEELS)/: run \
 	  make gpu-wheels where the registry is reachable and carry $(GPU_WHEELS)"; exit 2; }
-	rm -rf $(GPU_VENV) $(GPU_OUT) && mkdir -p $(GPU_OUT)
+	rm -rf $(GPU_VENV)
+	@if [ -e $(GPU_OUT) ]; then mv $(GPU_OUT) $(GPU_OUT).old-$$(date +%Y%m%d-%H%M%S) && \
+	  echo "gpu-check: the earlier results moved aside to $(GPU_OUT).old-*"; fi
+	mkdir -p $(GPU_OUT)
 	$(GPU_PYTHON) -m venv --system-site-packages --without-pip $(GPU_VENV)
 	$(GPU_PYTHON) -c "import sysconfig; print(sysconfig.get_path('purelib')); \
 	  print(sysconfig.get_path('platlib'))" \

@@ -38,7 +38,7 @@ import yaml
 from labkit import minicluster_ssh, slurmcli
 from labkit._logging import log
 from labkit.errors import LabkitError
-from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, default_torchrun
+from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, check_slurm_dir, default_torchrun
 from labkit.site import CLUSTER_DIR, ClusterProfile, load_cluster
 
 STATE_DIR = MINICLUSTER_DIR
@@ -228,6 +228,7 @@ def _network(nodes: int, rate: str) -> None:
 
 def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> ClusterProfile:
     """Start the mini-cluster (idempotent) and return the profile for jobs on it."""
+    check_slurm_dir()
     if os.geteuid() != 0:
         raise ClusterError("`labkit cluster up` needs root (it creates network namespaces and "
                            "starts slurmctld/slurmd). Run it with sudo, or use backend='local', "
@@ -320,6 +321,7 @@ def cluster_down() -> None:
     """Stop what ``up`` started (daemons, job processes in its namespaces) and remove its
     namespaces, links and /etc/slurm/slurm.conf link, and its cluster profile at
     MINICLUSTER_SITE. State and logs stay in STATE_DIR."""
+    check_slurm_dir()
     MINICLUSTER_SITE.unlink(missing_ok=True)  # first: no new job should pick a stopping cluster
     HOSTFILE_SITE.unlink(missing_ok=True)
     st = _read_started()
@@ -358,6 +360,7 @@ def cluster_status() -> dict:
     "profiles": {"slurm": PATH, "hostfile": PATH}}``; each PATH is a cluster profile YAML of the
     mini-cluster (Slurm; hosts reached with ssh), named only while it is up and the file exists
     (pass it as ``cluster=`` or ``--cluster``); ``{}`` while it is down."""
+    check_slurm_dir()
     st = _read_started()
     out = {"up": is_up(), "nodes": [], "slurm_conf": str(SLURM_CONF), "partition": PARTITION,
            "rate": st.get("rate") if st else None, "profiles": {}}

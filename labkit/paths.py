@@ -8,17 +8,27 @@ its slurm.conf, logs and state under ``MINICLUSTER_DIR`` (``LABKIT_SLURM_DIR``, 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from labkit.errors import ConfigError
 from labkit.validate import env_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CODE_DIR = REPO_ROOT / "code"
 DATA_DIR = REPO_ROOT / "data"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
-MINICLUSTER_DIR = Path(os.environ.get("LABKIT_SLURM_DIR", "/var/lib/labkit-slurm"))
+SLURM_DIR_DEFAULT = Path("/var/lib/labkit-slurm")
+
+
+def _slurm_dir() -> tuple[Path, str | None]:
+    try:
+        return env_path("LABKIT_SLURM_DIR") or SLURM_DIR_DEFAULT, None
+    except ConfigError as e:  # reported where it is used (check_slurm_dir), not at import
+        return SLURM_DIR_DEFAULT, str(e)
+
+
+MINICLUSTER_DIR, _SLURM_DIR_PROBLEM = _slurm_dir()
 # Written by `labkit cluster up`, removed by `labkit cluster down`: the cluster profile that
 # `cluster=None` resolves to while the mini-cluster runs (labkit.site.resolve_cluster).
 MINICLUSTER_SITE = MINICLUSTER_DIR / "site.yaml"
@@ -28,6 +38,13 @@ def run_root() -> Path:
     """The folder that holds ``<name>/`` run directories. ``$LABKIT_RUN_ROOT``, when set, must
     be one line of text (an empty value is refused, not taken as the current directory)."""
     return (env_path("LABKIT_RUN_ROOT") or REPO_ROOT / "runs").resolve()
+
+
+def check_slurm_dir() -> None:
+    """ConfigError when ``$LABKIT_SLURM_DIR`` is set but cannot be used (empty: it would make
+    a ``site.yaml`` in the current directory the mini-cluster's profile; several lines)."""
+    if _SLURM_DIR_PROBLEM:
+        raise ConfigError(_SLURM_DIR_PROBLEM)
 
 
 def run_dir(name: str, root: str | Path | None = None) -> Path:

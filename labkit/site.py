@@ -26,7 +26,7 @@ from typing import Any
 
 from labkit.errors import ConfigError
 from labkit.hosts import check_hosts
-from labkit.paths import CODE_DIR, MINICLUSTER_SITE
+from labkit.paths import CODE_DIR, MINICLUSTER_SITE, check_slurm_dir
 from labkit.validate import loads_yaml, read_input, text_problem
 
 CLUSTER_DIR = CODE_DIR / "clusters"
@@ -307,9 +307,13 @@ def named_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfile
     path or a name in ``code/clusters/``) when it is set, else None. For entry points only."""
     if cluster is not None:
         return as_profile(cluster)
-    env = os.environ.get(CLUSTER_ENV, "").strip()
-    if not env:
+    raw = os.environ.get(CLUSTER_ENV)
+    if raw is None:
         return None
+    env = raw.strip()
+    if not env:
+        raise ConfigError(f"${CLUSTER_ENV} is set but empty; unset it for the default site, or "
+                          f"set it to a cluster profile (a YAML path or a name in {CLUSTER_DIR})")
     try:
         return load_cluster(env)
     except ConfigError as e:
@@ -331,6 +335,7 @@ def resolve_cluster(cluster: ClusterProfile | str | Path | None) -> ClusterProfi
     named = named_cluster(cluster)
     if named is not None:
         return named
+    check_slurm_dir()  # an empty $LABKIT_SLURM_DIR would find a site.yaml in this folder
     if MINICLUSTER_SITE.is_file():
         return load_cluster(MINICLUSTER_SITE)
     return ClusterProfile()

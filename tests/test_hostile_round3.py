@@ -164,3 +164,25 @@ def test_a_tilde_in_the_run_root_is_the_home_folder(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="names no user"):
         run_root()
     assert not (tmp_path / "~").exists()
+
+
+# ---- a student's metrics.json of any shape ------------------------------------------------
+
+def test_class_status_reads_any_metrics_file_without_crashing(tmp_path, monkeypatch, capsys):
+    import json
+
+    from labkit.cli import main
+
+    monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
+    site = tmp_path / "site.yaml"
+    site.write_text(f"name: class\nrun_root: {tmp_path}/class/{{user}}/runs\n")
+    shapes = {"mallory": "[1, 2]", "eve": "null", "trent": '"exercise.x"', "bob": "{bad json",
+              "alice": '{"exercise.01_a": true, "exercise.01_b": false, "loss": 2.5}'}
+    for user, text in shapes.items():
+        d = tmp_path / "class" / user / "runs" / "nb01_x"
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(text)
+    assert main(["class", "status", "--cluster", str(site), "--json"]) == 0
+    rows = {r["user"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["alice"]["exercises"] == {"passed": 1, "total": 2}
+    assert all(rows[u]["exercises"] is None for u in ("mallory", "eve", "trent", "bob"))

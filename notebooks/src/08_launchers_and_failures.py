@@ -224,7 +224,8 @@ from labkit.logs import parse_log
 
 its = parse_log(resumed.log_path).iterations
 restarts = its[its["iteration"].diff() <= 0]
-print("iteration numbers restart at:", restarts["iteration"].tolist())
+print(f"the resumed job's log: iterations {int(its['iteration'].min())}..{int(its['iteration'].max())}"
+      + (f", numbering restarts at {restarts['iteration'].tolist()}" if len(restarts) else ""))
 saved = int(ckpts[-1].removeprefix("iter_"))  # the checkpoint the resume loaded
 if last > saved:
     print(f"iterations {saved + 1}..{last} ran twice ({last - saved} iterations): done before the "

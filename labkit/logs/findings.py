@@ -37,10 +37,11 @@ from typing import Any
 
 from labkit.logs.lines import Line
 
-# A line of a known tool: (tool, words that only it prints). Checked on lines that reached the
-# parsers (scan.TRIGGERS holds each word, so every path sees the same lines).
+# A line of a known tool: (tool, words that only it prints). Checked on the lines that reach the
+# parsers (scan.TRIGGERS picks them the same way on every path); a word too common in chatter
+# to be a trigger ("torch.distributed", "megatron") counts only on a line picked for another.
 TOOL_WORDS = (
-    ("NCCL", ("NCCL",)),
+    ("NCCL", ("NCCL", "# nThread", "Avg bus bandwidth")),
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback")),
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler")),
@@ -48,8 +49,10 @@ TOOL_WORDS = (
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
     ("Slurm", ("slurm", "srun", "SLURM", "CANCELLED", "NODE_FAIL")),
     ("CUDA", ("CUDA", "cuda", "Xid")),
-    ("trainer", ("step:", "Step:", "Lightning", "torchtitan")),
+    ("trainer", ("Lightning", "torchtitan", "nanotron", "picotron", "nanoGPT")),
 )
+_TOOLS = re.compile("|".join(f"(?P<{tool}>{'|'.join(re.escape(w) for w in words)})"
+                             for tool, words in TOOL_WORDS))
 _HCA = re.compile(r"\[\d{1,3}\]\s?([\w.-]{1,40}):\d{1,3}/(IB|RoCE)")
 _SOCKET = re.compile(r"\[\d{1,3}\]([\w.-]{1,40}):")
 _NETWORK = re.compile(r"Using (?:internal )?[Nn]etwork ([\w-]{1,40}(?: [A-Z][\w-]{1,40})?)")
@@ -94,9 +97,8 @@ class Seen:
 
     def observe(self, line: Line) -> None:
         text = line.text
-        for tool, words in TOOL_WORDS:
-            if any(w in text for w in words):
-                self.mark(tool, line.lineno)
+        for m in _TOOLS.finditer(text):
+            self.mark(m.lastgroup or "", line.lineno)
         if "NCCL" in text or "NET/" in text:
             self._nccl(text)
         if "scale" in text:

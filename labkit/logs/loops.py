@@ -10,7 +10,9 @@
     nanoGPT:
         ``iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%`` (before 2023-02 without mfu)
 
-The line must start with the counter (after the prefixes lines.py removes) and name a loss; the
+scan.py finds torchtitan's and picotron's lines by their ``memory``/``Memory`` field; nanoGPT's
+are read where nothing else in the log is (parse.py reads such a log line by line). The line must
+start with the counter (after the prefixes lines.py removes) and name a loss; the
 pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
 tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
 ``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU. Memory becomes a memory row: torchtitan
@@ -23,8 +25,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss ([-+0-9.eEnaif]{1,30}), time ([0-9.]{1,20})ms"
-                      r"(?:, mfu ([-0-9.]{1,20})%)?")
+_NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
+                      r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
+                      r", time (\d{1,20}(?:\.\d{1,20})?)ms"
+                      r"(?:, mfu (-?\d{1,20}(?:\.\d{1,20})?)%)?")
 _START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
 _PAIR = re.compile(r"([A-Za-z][\w /.-]{0,40}?):\s{0,12}([-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
                    r"\s{0,2}([KMGBT%]|GiB|GB|MiB|MB|ms|s)?(?![\w.])")

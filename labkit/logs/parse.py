@@ -24,7 +24,7 @@ from labkit.logs import deepspeed, fastscan, loops, megatron, nccl
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.findings import Seen
 from labkit.logs.frames import ITER_COLUMNS, LAYOUT_KEYS, iterations_frame, layout_of
-from labkit.logs.lines import Line
+from labkit.logs.lines import Line, iter_file
 from labkit.logs.scan import feed_file, feed_lines
 
 MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
@@ -32,6 +32,7 @@ MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "rese
 FAILURE_COLUMNS = ["kind", "rank", "line", "message", "hint"]
 NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"]
 _MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
+_EVERY_LINE_BYTES = 64 << 20  # a log without one trigger word is read line by line up to here
 _CHUNK_ROWS = 20_000  # iteration records are packed into a frame this often
 _FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron._FAST_INT else "float64"
                 for c in megatron._FAST_COLS}
@@ -322,7 +323,18 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
     for p in paths:
         feed(col, Path(p))
         col.flush()  # a wrapped line never continues into the next file
+    if _found_nothing(col):  # no trigger word: offer every line (of the first _EVERY_LINE_BYTES)
+        col = _Collector()
+        for p in paths:
+            feed_lines(col, iter_file(p), every=_EVERY_LINE_BYTES)
+            col.flush()
     return _result(col, [str(p) for p in paths])
+
+
+def _found_nothing(col: _Collector) -> bool:
+    return not (col.iter_rows or col.fast_n or col.iter_chunks or col.memory or col.channels
+                or col.scanner.failures or col.seen.tools or col.args or col.layout
+                or col.nccl_version or col.steps.unnumbered or col.launcher)
 
 
 def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
@@ -334,9 +346,14 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
     if isinstance(lines, (str, bytes, bytearray, Path)):
         raise LabkitError(f"parse_lines takes an iterable of lines, got a {type(lines).__name__}: "
                           f"use parse_lines(text.splitlines()) for text, parse_log(path) for a file.")
+    lines = lines if isinstance(lines, (list, tuple)) else list(lines)
     col = _Collector()
     feed_lines(col, lines)
     col.flush()
+    if _found_nothing(col):  # as parse_log: every line, when no trigger word was found
+        col = _Collector()
+        feed_lines(col, lines, every=_EVERY_LINE_BYTES)
+        col.flush()
     return _result(col, [])
 
 

@@ -138,7 +138,10 @@ def _clean(jobs: list[Job], states: dict[str, JobState], *, dry_run: bool, keep_
         who = owner(j.run_dir)
         targets = [j.run_dir] if whole_runs else [j.run_dir / n for n in CHECKPOINT_DIRS]
         for t in targets:
-            if not t.exists():
+            if t.is_symlink() or (t.exists() and not t.is_dir()):  # never followed, never a file
+                warn_once(f"not removed: {t} is a {'symlink' if t.is_symlink() else 'file'}, not a "
+                          f"folder; look at it and remove it by hand if it is yours")
+            if t.is_symlink() or not t.is_dir():
                 continue
             size = _size(t)
             if not dry_run:

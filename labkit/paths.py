@@ -37,7 +37,12 @@ MINICLUSTER_SITE = MINICLUSTER_DIR / "site.yaml"
 def run_root() -> Path:
     """The folder that holds ``<name>/`` run directories. ``$LABKIT_RUN_ROOT``, when set, must
     be one line of text (an empty value is refused, not taken as the current directory)."""
-    return (env_path("LABKIT_RUN_ROOT") or REPO_ROOT / "runs").resolve()
+    given = env_path("LABKIT_RUN_ROOT")
+    root = (given or REPO_ROOT / "runs").resolve()
+    if given is not None and root.exists() and not root.is_dir():
+        raise ConfigError(f"$LABKIT_RUN_ROOT={given} is a file, not a folder; set it to the folder "
+                          f"that holds your runs, or unset it for {REPO_ROOT / 'runs'}")
+    return root
 
 
 def check_slurm_dir() -> None:

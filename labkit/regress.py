@@ -33,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from labkit._logging import log
+from labkit.backends.job import Job
+from labkit.backends.ownership import refuse_if_live
 from labkit.errors import LabkitError
 from labkit.paths import NOTEBOOK_DIR, REPO_ROOT, run_root
 from labkit.record import METRICS_ENV
+from labkit.validate import read_json
 from labkit.verdict import Row, compare, passed, render_table
 
 __all__ = ["METRICS_ENV", "NotebookResult", "RegressError", "Row", "compare", "load_baseline",
@@ -222,11 +225,21 @@ def baseline_from(runs: Sequence[list[NotebookResult]], profile: str, *,
 
 
 def load_baseline(path: str | Path | None, profile: str) -> dict[str, Any]:
+    """The baseline document, checked (RegressError naming the file and the fix); a missing
+    default baseline is an empty one, a missing ``path`` an error."""
     p = Path(path) if path else BASELINE_DIR / f"{profile}.json"
-    if not p.exists():
+    if not path and not p.exists():
         log.warning("regress: no baseline at %s; every metric is reported as 'new'", p)
         return {"notebooks": {}}
-    return json.loads(p.read_text())
+    doc = read_json(p, "baseline")
+    nbs = doc.get("notebooks", {}) if isinstance(doc, dict) else None
+    loads = doc.get("loads", {}) if isinstance(doc, dict) else None
+    if not (isinstance(nbs, dict) and all(isinstance(v, dict) for v in nbs.values())
+            and isinstance(loads, dict) and all(type(v) in (int, float) for v in loads.values())):
+        raise RegressError(f"{p} is not a regress baseline (an object with 'notebooks': {{name: "
+                           f"{{metric: spec}}}} and 'loads': {{name: number}}); write one with "
+                           f"labkit regress --write-baseline METRICS.json")
+    return doc
 
 
 def render_report(results: list[NotebookResult], rows: list[Row], profile: str,
@@ -275,8 +288,28 @@ def extract_figures(executed_nb: str | Path, fig_dir: Path, limit: int = 3) -> l
     return saved
 
 
+def check_out(out: Path) -> None:
+    """RegressError unless ``out`` can be the output folder: a folder (or nothing yet), not the
+    run root or above it, holding no live job and no job record labkit cannot read."""
+    if out.exists() and not out.is_dir():
+        raise RegressError(f"--out {out} is a file; give a folder for the report and its runs")
+    root = run_root()
+    if out == root or out in root.parents:
+        raise RegressError(f"--out {out} holds the run root {root}: moving it aside would hide "
+                           f"your jobs from status and cancel; give a folder of its own")
+    records = [p for pat in ("job.json", "*/job.json", "*/*/job.json") for p in out.glob(pat)]
+    for rec in sorted(records):
+        try:
+            job = Job.load(rec.parent)
+        except LabkitError as e:
+            raise RegressError(f"{out} holds a job record labkit cannot read ({e}); labkit will "
+                               f"not move it aside: give another --out") from None
+        refuse_if_live(job, rec.parent, f"move {out} aside for labkit regress")
+
+
 def _set_aside(out: Path) -> None:
     """An earlier regress output is moved aside, never overwritten or deleted."""
+    check_out(out)
     if out.exists() and any(out.iterdir()):
         aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         out.rename(aside)
@@ -313,7 +346,9 @@ def regress(notebooks: list[str] | None = None, *, profile: str = "cpu",
     parameter; with ``backend`` it says where the run was measured, which decides whether a
     ``"judge_ratios": true`` baseline's ratios are judged.
     """
+    list_notebooks(notebooks)  # the names first: a typo must not move anything aside
     preflight(profile, backend)
+    base = load_baseline(baseline, profile)  # checked before the notebooks run
     out = (Path(out) if out else REPO_ROOT / "runs" / "regress").resolve()
     _set_aside(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -321,7 +356,7 @@ def regress(notebooks: list[str] | None = None, *, profile: str = "cpu",
     params = {**(parameters or {}), **({"cluster": str(cluster)} if cluster is not None else {})}
     results = run_series(notebooks, profile=profile, backend=backend, out=out,
                          parameters=params)
-    rows = compare(results, load_baseline(baseline, profile), backend=backend, cluster=cluster)
+    rows = compare(results, base, backend=backend, cluster=cluster)
     figures = {r.notebook: [str(f.relative_to(out)) for f in
                             extract_figures(r.output, out / "figures")] for r in results}
     (out / "report.md").write_text(render_report(results, rows, profile, figures))
@@ -340,14 +375,20 @@ def write_baseline(metrics_json: str | Path | Sequence[str | Path], out: str | P
     paths = [metrics_json] if isinstance(metrics_json, (str, Path)) else list(metrics_json)
     if not paths:
         raise RegressError("write_baseline needs at least one metrics.json of a regress run")
-    docs = [json.loads(Path(p).read_text()) for p in paths]
-    where = {(d.get("profile"), d.get("backend", "local"), d.get("cluster")) for d in docs}
+    docs = [read_json(p, "regress metrics file") for p in paths]
+    try:
+        runs = [[NotebookResult(**n) for n in d["notebooks"]] for d in docs]
+        where = {(d["profile"], d.get("backend", "local"), d.get("cluster")) for d in docs}
+    except (AttributeError, KeyError, TypeError):
+        raise RegressError(f"not the metrics.json of a regress run: {', '.join(map(str, paths))} "
+                           f"(give OUT/metrics.json of `labkit regress --out OUT`)") from None
     if len(where) > 1:
         raise RegressError(f"the runs were taken in different places {sorted(where, key=str)}; "
                            "a baseline combines runs of one profile, backend and cluster")
     profile, backend, cluster = where.pop()
-    runs = [[NotebookResult(**n) for n in d["notebooks"]] for d in docs]
     path = Path(out) if out else BASELINE_DIR / f"{profile}.json"
+    if path.is_dir():
+        raise RegressError(f"--baseline {path} is a folder; give the path of the baseline file")
     if path.exists():  # the committed baseline is a user's file too: keep the old one
         path.rename(path.with_name(f"{path.stem}.old-{time.strftime('%Y%m%d-%H%M%S')}.json"))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,11 @@ def read_input(path: str | Path, what: str) -> str:
     return decode(raw, f"{what} {p}")
 
 
+def read_json(path: str | Path, what: str) -> Any:
+    """The strict JSON of a small regular file (``read_input``, ``loads_json``)."""
+    return loads_json(read_input(path, what), f"{what} {path}")
+
+
 def decode(raw: bytes, what: str) -> str:
     """UTF-8 text (a UTF-8 byte-order mark is allowed), or a ConfigError saying where it is not."""
     try:

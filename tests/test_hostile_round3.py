@@ -7,6 +7,7 @@ one clear LabkitError naming the value and the fix, before anything is written o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.backends.spec import JobSpec
-from labkit.errors import ConfigError
+from labkit.errors import ConfigError, LabkitError
 
 PWN = "TP=1\ntouch /tmp/PWNED"
 
@@ -186,3 +187,139 @@ def test_class_status_reads_any_metrics_file_without_crashing(tmp_path, monkeypa
     rows = {r["user"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["alice"]["exercises"] == {"passed": 1, "total": 2}
     assert all(rows[u]["exercises"] is None for u in ("mallory", "eve", "trent", "bob"))
+
+
+# ---- clear errors instead of tracebacks -----------------------------------------------------
+
+PROGRAM = Path(__file__).parent / "programs" / "ckpt_job.py"
+
+
+def _job(name: str, sleep: float = 0.0):
+    from labkit.backends import JobSpec as Spec
+    from labkit.backends import submit
+
+    return submit(Spec(name), program=PROGRAM,
+                  program_args=["--run-dir", "{run_dir}", "--bytes", "1000", "--sleep", str(sleep)])
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_clean_leaves_a_checkpoints_link_or_file_alone(run_root, tmp_path, monkeypatch, capsys,
+                                                       kind):
+    from labkit.backends import JobState
+    from labkit.cli import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
+    job = _job("ck")
+    assert job.wait(timeout=120, progress=False) is JobState.COMPLETED
+    ck = job.run_dir / "checkpoints"
+    subprocess.run(["rm", "-r", str(ck)], check=True)
+    precious = tmp_path / "elsewhere"
+    precious.mkdir()
+    (precious / "keep.pt").write_text("x")
+    if kind == "symlink":
+        ck.symlink_to(precious)
+    else:
+        ck.write_text("not a folder")
+    assert main(["clean"]) == 0
+    assert (precious / "keep.pt").exists() and (ck.is_symlink() or ck.is_file())
+    assert f"not removed: {ck} is a {kind}" in capsys.readouterr().err
+
+
+def test_new_names_a_file_in_the_way(run_root, capsys):
+    from labkit.cli import main
+
+    (run_root / "afile").write_text("x")
+    assert main(["new", "afile"]) == 1
+    assert "is a file, not a run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("root, code, says", [("/etc/hostname", 2, "is a file, not a folder"),
+                                              ("/proc", 1, "cannot write /proc/x1/config.json")])
+def test_new_in_a_run_root_that_cannot_hold_runs(monkeypatch, capsys, root, code, says):
+    from labkit.cli import main
+
+    monkeypatch.setenv("LABKIT_RUN_ROOT", root)
+    assert main(["new", "x1"]) == code
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{bad", '{"notebooks": [1]}', '{"profile": "cpu"}',
+                                  '{"profile": "cpu", "notebooks": [{"x": 1}]}', None])
+def test_write_baseline_of_a_bad_or_missing_file_is_a_clear_error(tmp_path, capsys, text):
+    from labkit.cli import main
+
+    f = tmp_path / "metrics.json"
+    if text is not None:
+        f.write_text(text)
+    assert main(["regress", "--write-baseline", str(f), "--baseline",
+                 str(tmp_path / "b.json")]) in (1, 2)
+    err = capsys.readouterr().err
+    assert str(f) in err and "Traceback" not in err
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_write_baseline_never_replaces_a_folder(tmp_path, capsys):
+    from labkit.cli import main
+
+    f = tmp_path / "metrics.json"
+    f.write_text(json.dumps({"profile": "cpu", "backend": "local", "cluster": None,
+                             "notebooks": []}))
+    (tmp_path / "dir").mkdir()
+    assert main(["regress", "--write-baseline", str(f), "--baseline", str(tmp_path / "dir")]) == 1
+    assert "is a folder" in capsys.readouterr().err and (tmp_path / "dir").is_dir()
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"notebooks": {"00": 5}}', '{"loads": {"00": "x"}}',
+                                  None])
+def test_a_bad_baseline_is_refused_before_any_notebook_runs(run_root, tmp_path, text):
+    from labkit import regress
+
+    bad = tmp_path / "bad.json"
+    if text is not None:
+        bad.write_text(text)
+    with pytest.raises(LabkitError, match=str(bad)):
+        regress.regress(["00"], baseline=bad, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_regress_out_that_is_a_file(run_root, tmp_path):
+    from labkit import regress
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(LabkitError, match="is a file"):
+        regress.regress(["00"], out=tmp_path / "f")
+
+
+# ---- regress never moves a live job's directory aside --------------------------------------
+
+def test_regress_checks_names_first_and_never_moves_a_live_run_aside(run_root, monkeypatch):
+    from labkit import regress
+    from labkit.backends import JobState
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
+    job = _job("regress", sleep=60)
+    try:
+        out = run_root / "regress"
+        with pytest.raises(LabkitError, match=r"no notebook matches \['99'\]"):
+            regress.regress(["99"], out=out)
+        with pytest.raises(LabkitError, match="still (PENDING|RUNNING)"):
+            regress.regress(["00"], out=out)
+        with pytest.raises(LabkitError, match="holds the run root"):
+            regress.regress(["00"], out=run_root)
+        assert (out / "job.json").exists() and not list(run_root.glob("regress.old-*"))
+        assert job.state() in (JobState.PENDING, JobState.RUNNING)
+    finally:
+        job.cancel()
+
+
+def test_regress_never_moves_an_unreadable_record_aside(run_root, tmp_path):
+    from labkit import regress
+
+    out = tmp_path / "out"
+    (out / "runs" / "x").mkdir(parents=True)
+    (out / "runs" / "x" / "job.json").write_text("{not json")
+    with pytest.raises(LabkitError, match="cannot read"):
+        regress.regress(["00"], out=out)
+    assert (out / "runs" / "x" / "job.json").exists()

@@ -207,6 +207,9 @@ def cmd_new(args: argparse.Namespace) -> int:
         root = cluster.run_root_path() or root
     d = run_dir(cfg.name, root)
     path = d / "config.json"
+    if d.exists() and not d.is_dir():
+        raise LabkitError(f"{d} is a file, not a run directory; pick another NAME (nothing was "
+                          f"written)")
     others = sorted(p.name for p in d.iterdir() if p.name != "config.json") if d.is_dir() else []
     if others:
         raise LabkitError(f"{d} already holds a run ({', '.join(others[:6])}); pick another NAME "
@@ -214,8 +217,12 @@ def cmd_new(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         raise LabkitError(f"{path} exists; pick another NAME, or pass --force to replace it "
                           f"(nothing was written)")
-    d.mkdir(parents=True, exist_ok=True)
-    cfg.to_json(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        cfg.to_json(path)
+    except OSError as e:
+        raise LabkitError(f"cannot write {path}: {e.strerror or e}; set LABKIT_RUN_ROOT (or the "
+                          f"cluster profile's run_root) to a folder you can write") from None
     say(f"wrote {path}")
     say(cfg.summary())
     cluster_flag = f" --cluster {args.cluster}" if args.cluster else ""

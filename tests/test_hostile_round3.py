@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labkit.backends.spec import JobSpec
 from labkit.errors import ConfigError, LabkitError
@@ -323,3 +325,36 @@ def test_regress_never_moves_an_unreadable_record_aside(run_root, tmp_path):
     with pytest.raises(LabkitError, match="cannot read"):
         regress.regress(["00"], out=out)
     assert (out / "runs" / "x" / "job.json").exists()
+
+
+# ---- property tests of the doors ---------------------------------------------------------
+
+_HOSTILE_TEXT = st.one_of(st.text(max_size=30), st.sampled_from(
+    ["-oProxyCommand=x", "node1\n", "a b", "$(id)", ".", "-", "node-1", "10.0.0.1", "fe80::1"]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_HOSTILE_TEXT, st.booleans())
+def test_a_host_name_is_accepted_only_when_no_program_can_read_it_as_more(value, address):
+    import shlex
+
+    from labkit.hosts import host_name_problem
+
+    why = host_name_problem("host", value, address=address)
+    if why is None:
+        assert value and value[0] not in "-." and shlex.quote(value) == value
+        assert not any(c.isspace() or ord(c) < 32 for c in value)
+    else:
+        assert "is not a host name" in why
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_HOSTILE_TEXT, _HOSTILE_TEXT, _HOSTILE_TEXT)
+def test_jobspec_text_is_one_line_or_refused(layout, group, word):
+    try:
+        spec = JobSpec("x", layout=layout, megatron_flags=((group, (("--f", word),)),))
+    except ConfigError as e:
+        assert any(k in str(e) for k in ("layout", "megatron_flags")), e
+        return
+    assert all(c >= " " and c != "\x7f" for c in spec.layout + word)
+    assert group.isidentifier() and group.isascii()

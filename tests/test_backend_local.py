@@ -185,3 +185,30 @@ def test_a_launcher_inside_exec_is_running_but_never_signalled(tmp_path, monkeyp
     assert not local_backend.launcher_alive(job)
     monkeypatch.undo()
     assert job.wait(timeout=120, progress=False) is JobState.COMPLETED
+
+
+def test_rendezvous_port_is_outside_the_ephemeral_range():
+    """torchrun binds the port seconds after it is chosen; a port from the kernel's ephemeral
+    range could meanwhile go to any outgoing connection, so it never comes from there."""
+    import socket
+
+    low, high = local_backend._ephemeral_range()
+    for _ in range(200):
+        port = local_backend.free_port()
+        assert not low <= port <= high and 1024 <= port <= 65535, (port, low, high)
+    with socket.socket() as s:  # and nothing listens on it
+        s.bind(("127.0.0.1", local_backend.free_port()))
+
+
+def test_rendezvous_port_held_by_a_listener_is_never_chosen(monkeypatch):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        # Leave the held port as the only candidate: free_port must refuse, not return it.
+        monkeypatch.setattr(local_backend, "_ephemeral_range", lambda: (10000, 65535))
+        monkeypatch.setattr(local_backend, "_PORT_FLOOR", port)
+        with pytest.raises(OSError, match="no free TCP port"):
+            local_backend.free_port()

@@ -37,11 +37,36 @@ _TOKEN_RE = re.compile(r"[0-9a-f]{32}\Z")
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
+_PORT_FLOOR = 10000  # rendezvous ports come from [_PORT_FLOOR, 65535] less the ephemeral range
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to outgoing connections (and to ``bind(port 0)``)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the rendezvous port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the rendezvous port).
+
+    The port is chosen outside the kernel's ephemeral range: torchrun binds it seconds later, and
+    a port from that range can meanwhile be given to any outgoing connection (gloo opens many),
+    which made the rendezvous fail by chance with "address already in use"."""
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(_PORT_FLOOR, 65536) if not low <= p <= high] or [_PORT_FLOOR]
+    rng = secrets.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free TCP port on 127.0.0.1 outside the ephemeral range {low}-{high}")
 
 
 def _stat(pid: int) -> tuple[str, int, int, int] | None:

@@ -70,3 +70,14 @@ def test_fp16_scale_goes_into_the_next_deepspeed_step():
     assert p.iterations["skipped"].tolist() == [1]
     (f,) = p.findings
     assert (f["kind"], f["skipped_steps"], f["loss_scale"]) == ("fp16_overflow", 1, 32768.0)
+
+
+def test_megatron_2019_labels_without_colons():
+    # Megatron-LM's 2019 training loop: ' learning rate {:.3E} |', ' lm loss {:.6E} |', ' loss scale {:.1f} |'
+    lines = [" iteration      100/  300000 | elapsed time per iteration (ms): 1048.5 |"
+             " learning rate 1.258E-04 | lm loss 4.799004E+00 | loss scale 32768.0 |",
+             " iteration      200/  300000 | elapsed time per iteration (ms): 1020.9 |"
+             " learning rate 5.257E-05 | lm loss NAN | loss scale 16384.0 |"]
+    its = parse_lines(lines).to_dict()["iterations"]
+    assert [(r["iteration"], r["lr"], r["lm_loss"], r["loss_scale"]) for r in its] == [
+        (100, 1.258e-04, 4.799004, 32768.0), (200, 5.257e-05, None, 16384.0)]

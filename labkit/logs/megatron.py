@@ -12,6 +12,8 @@ Formats (see tests/fixtures/logs/README.md for where each comes from):
     number of skipped iterations:   0 | number of nan iterations:   0 |``
     Megatron-DeepSpeed: ``elapsed time per iteration (s): 0.41 | ... | TFLOPs: 145.2 |``
     gpt-neox: `` samples/sec: 123.4 | iteration 100/ 320000 | ... | lm_loss: 7.1E+00 |``
+    Megatron-LM 2019: `` iteration 100/ 300000 | elapsed time per iteration (ms): 1234.5 | learning
+    rate 1.500E-04 | lm loss 7.1E+00 | loss scale 65536.0 |`` (no colon after these labels)
 """
 
 from __future__ import annotations
@@ -138,9 +140,14 @@ def _parse_general(text: str) -> dict[str, Any] | None:
     if ts:
         rec["timestamp"] = ts.group(1).replace("T", " ").replace(",", ".")
     for part in text.split("|"):
-        if ":" not in part or _ITER.search(part):
+        if _ITER.search(part):
             continue
-        label, _, value = part.rpartition(":")
+        if ":" in part:
+            label, _, value = part.rpartition(":")
+        else:  # Megatron-LM 2019: " learning rate 1.500E-04 | lm loss 7.1E+00 | loss scale 65536.0 |"
+            label, _, value = part.strip().rpartition(" ")
+            if _label(label) not in FIELDS and not _label(label).endswith("loss"):
+                continue
         key = _label(label)
         field = (FIELDS.get(key) or FIELDS.get(key.replace("_", " "))
                  or _FIELDS_JOINED.get(key.replace(" ", "")))

@@ -21,6 +21,7 @@ from typing import Any
 from labkit.errors import LabkitError
 from labkit.planner import plan
 from labkit.record import record
+from labkit.validate import env_path
 
 
 class _Fixme:
@@ -111,8 +112,9 @@ def _finish(name: str, problems: list[str], ok_message: str, answer: Any = None,
         record(f"exercise.{name}", bool(res.passed))
     except ImportError:
         pass
-    if os.environ.get(ANSWERS_ENV):
-        with open(os.environ[ANSWERS_ENV], "a") as fh:
+    answers = env_path(ANSWERS_ENV)  # set but empty: refused
+    if answers is not None:
+        with open(answers, "a") as fh:
             fh.write(json.dumps({"name": name, "value": res.value}, default=str) + "\n")
     print(res)
     if not res.passed and os.environ.get(STRICT_ENV, "") not in ("", "0"):

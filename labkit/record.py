@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 from labkit.paths import run_root
+from labkit.validate import env_path
 
 METRICS_ENV = "LABKIT_METRICS_FILE"
 _memory: dict[str, Any] = {}
@@ -30,9 +29,8 @@ def record(name: str, value: Any, *, run_name: str | None = None) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         value = None
     _memory[name] = value
-    target = os.environ.get(METRICS_ENV)
-    path = Path(target) if target else (run_root() / run_name / "metrics.json"
-                                        if run_name else None)
+    target = env_path(METRICS_ENV)  # set but empty: refused, not the current directory
+    path = target if target else (run_root() / run_name / "metrics.json" if run_name else None)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = json.loads(path.read_text()) if path.exists() else {}

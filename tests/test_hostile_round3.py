@@ -358,3 +358,13 @@ def test_jobspec_text_is_one_line_or_refused(layout, group, word):
         return
     assert all(c >= " " and c != "\x7f" for c in spec.layout + word)
     assert group.isidentifier() and group.isascii()
+
+
+@pytest.mark.parametrize("var", ["LABKIT_METRICS_FILE", "LABKIT_EXERCISE_ANSWERS"])
+def test_an_empty_metrics_or_answers_file_variable_is_refused(run_root, monkeypatch, var):
+    from labkit.exercises import check_value
+    from labkit.record import record
+
+    monkeypatch.setenv(var, "")
+    with pytest.raises(ConfigError, match=rf"\${var} is set but empty"):
+        record("x", 1) if var == "LABKIT_METRICS_FILE" else check_value("x", 1.0, 1.0, hint="h")

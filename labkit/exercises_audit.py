@@ -9,6 +9,7 @@ and searches every cell before it, source and outputs, for the value:
   with at most two decimals also ``0.25`` and ``25%``);
 - a whole number next to a word that names it (``2 microbatch(es)``, ``microbatches: 2``):
   a bare ``2`` is everywhere in a notebook;
+- markdown headings are left out (``## 4 Nodes, ranks and ...`` numbers a section);
 - choices (words) and layouts (tuples) are offered, not computed: not searched here
   (``tests/test_exercise_prompts.py`` checks that a choice is offered among others).
 """
@@ -39,7 +40,10 @@ def read_answers(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _text(cell: dict) -> str:
-    parts = ["".join(cell.get("source", ""))]
+    source = "".join(cell.get("source", ""))
+    if cell.get("cell_type") == "markdown":  # a heading's number is the section's, not a value
+        source = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith("#"))
+    parts = [source]
     for out in cell.get("outputs", []) or []:
         if "text" in out:
             parts.append("".join(out["text"]))

@@ -183,8 +183,12 @@ def test_an_answer_printed_before_its_exercise_is_found_and_one_printed_after_is
     assert "num_microbatches = 2" in found[1] and "cell 1" in found[1], found
     after = [before[2], before[3], before[4], before[5], before[1], before[0]]
     assert given_away(after, answers) == []
-    # a bare 2 is not an answer shown: it needs a word that names it
-    assert given_away(_executed(("gpus_per_node = 2", "2")) + after[:2], answers[1:]) == []
+    # a bare 2 is not an answer shown: it needs a word that names it; a heading's number is
+    # the section's
+    heading = {"cell_type": "markdown", "source": "## 2 Microbatches\nMore microbatches: fewer idle slots"}
+    assert given_away(_executed(("gpus_per_node = 2", "2")) + [heading] + after[:2], answers[1:]) == []
+    heading["source"] += "; 2 microbatches here"
+    assert given_away([heading] + after[:2], answers[1:]) != []
 
 
 @pytest.mark.parametrize("name", SERIES)

@@ -52,12 +52,17 @@ def test_layout_trains_with_falling_loss(tmp_path, layout):
 
 
 def test_layouts_agree_on_the_loss(tmp_path):
-    """Same seed and data: TP=1, TP=2, PP=2 (and interleaved) compute the same model and loss."""
+    """Same seed and data: TP=1, TP=2, PP=2 (and interleaved) compute the same model and loss.
+    At TP=2 only TP rank 0 reads the batches and broadcasts them (engine_data), so TP=2 matching
+    TP=1 also shows that the broadcast batches are the ones TP=1 reads."""
     common = dict(train_iters=10, log_interval=1, lr_warmup_iters=2)
-    runs = {name: losses(train(tmp_path, name, **common, **layout)) for name, layout in [
+    dirs = {name: train(tmp_path, name, **common, **layout) for name, layout in [
         ("tp1", {}), ("tp2", dict(tensor_model_parallel_size=2)),
         ("pp2", dict(pipeline_model_parallel_size=2)),
         ("pp2vpp2", dict(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=1))]}
+    runs = {name: losses(d) for name, d in dirs.items()}
+    assert "TP rank 0 of each tensor-parallel group reads every micro batch" in \
+        (dirs["tp2"] / "log.txt").read_text()
     ref = runs["tp1"]
     assert sorted(ref) == list(range(1, 11))
     for name in ("tp2", "pp2", "pp2vpp2"):

@@ -2,7 +2,8 @@
 
 - TP rank 0 of each tensor-parallel group alone reads the dataset and broadcasts each micro
   batch to the group (two real gloo processes); in the engine the other TP ranks do not even
-  build the dataset, and TP=2 trains to TP=1's losses.
+  build the dataset, and TP=2 trains to TP=1's losses (tests/test_engine.py,
+  test_layouts_agree_on_the_loss).
 - The distributed optimizer's parameter all-gather overlapped with the next forward pass gives
   the same losses (training, validation, and after a checkpoint) as the synchronous gather.
 """
@@ -106,24 +107,6 @@ def test_param_gather_overlaps_only_with_the_distributed_optimizer_and_dp(monkey
     monkeypatch.setenv("LABKIT_OVERLAP_PARAM_GATHER", "0")
     assert engine_model.ddp_config(base).overlap_param_gather is False
     assert "parameter all-gather synchronous" in engine_model.overlap_line(base)
-
-
-@pytest.mark.engine
-def test_tp2_broadcast_batches_train_as_tp1(tmp_path):
-    from engine_runs import ensure_data, losses, train
-
-    ensure_data()
-    common = dict(train_iters=6, log_interval=1, lr_warmup_iters=2)
-    ref = losses(train(tmp_path, "tp1", **common))
-    tp2_dir = train(tmp_path, "tp2", tensor_model_parallel_size=2, **common)
-    tp2 = losses(tp2_dir)
-    assert sorted(ref) == sorted(tp2) == list(range(1, 7))
-    assert tp2[1] == pytest.approx(ref[1], rel=1e-5)
-    for it in ref:
-        assert tp2[it] == pytest.approx(ref[it], abs=2e-3), it
-    log = (tp2_dir / "log.txt").read_text()
-    assert "TP rank 0 of each tensor-parallel group reads every micro batch" in log
-    assert (tp2_dir / "exit_code").read_text().strip() == "0"
 
 
 @pytest.mark.engine

@@ -250,7 +250,8 @@ class FailureScanner:
         text = line.text
         f = match_line(text, line.rank)
         prev = self._prev
-        if f is None and prev is not None and prev.lineno == line.lineno - 1 and len(prev.text) >= 60 \
+        wide = prev is not None and max(prev.width, len(prev.text)) >= 60  # printed width, prefixes in
+        if f is None and prev is not None and prev.lineno == line.lineno - 1 and wide \
                 and not prev.text.rstrip().endswith("|"):
             # a message hard-wrapped over two lines: try the join (with and without the space)
             for joined in (prev.text + text, prev.text + " " + text):

@@ -73,6 +73,7 @@ class Line:
     rank: int | None
     text: str
     host: str | None = None
+    width: int = 0  # the printed line's length, prefixes included (a hard wrap cuts at a width)
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
@@ -123,10 +124,11 @@ def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
     text = clean_text(raw)
+    width = len(text)
     text, rank, host = strip_prefixes(text)
     if "\x1b" in text:  # colour codes can sit after a prefix too
         text = _ANSI.sub("", text)
-    return Line(lineno, rank, text, host)
+    return Line(lineno, rank, text, host, width)
 
 
 # A log line longer than this is cut (with a note): memory stays bounded on a line of

@@ -165,3 +165,13 @@ def test_student_notebook_runs_with_its_fixmes_left_in(path, series_env, monkeyp
     errors = [i for i, c in enumerate(cells) if c.cell_type == "code"
               and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
     assert not errors, f"{path.name}: cells {errors} raised"
+    # What the page would show wrong (the browser tier renders some notebooks; these checks read
+    # the outputs of every one): a figure drawn but not shown as an image, or shown as text.
+    code = [(i, c) for i, c in enumerate(cells) if c.cell_type == "code"]
+    no_image = [i for i, c in code if "plt.show()" in c.source
+                and not any("image/png" in o.get("data", {}) for o in c.outputs)]
+    as_text = [i for i, c in code if any(  # a figure's own output carries its image beside it
+        "<Figure size" in str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+        and "image/png" not in o.get("data", {}) for o in c.outputs)]
+    assert not no_image and not as_text, \
+        f"{path.name}: figures not shown as images in cells {no_image}, as text in cells {as_text}"

@@ -33,6 +33,11 @@ NOT_HERE = {
     "make lab": "runs the whole series for ~10 minutes: tests/test_notebooks.py runs the same "
                 "solved notebooks with papermill in make test",
     "make test": "this test is part of it",
+    "make test-fast": "the pure and fake-Slurm tiers, which make test runs itself",
+    "make test-repeat N=20 HOGS=2": "the fast tiers 20 times (hours here): "
+                                    "tests/test_repeat_tests.py runs the same script on a few tests",
+    ".venv/bin/pytest --shuffle 7": "the whole suite again, shuffled: tests/test_repeat_tests.py "
+                                    "checks --shuffle",
     "make gpu-check": "needs a CUDA device (tests marked gpu)",
     "make jupyter": "a server that runs until stopped: test_make_jupyter_starts below",
 }

@@ -82,6 +82,31 @@ def cpu_oom_run(tmp_path_factory) -> Path:
                  seq_length=128, max_position_embeddings=128, memory_limit_gb=0.2, train_iters=4)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_timeout(request):
+    """``@pytest.mark.cpu_timeout(S)``: the test fails once it has used S CPU seconds of its own
+    process (a catastrophic-backtracking regex, a parser loop that never ends). CPU time, not the
+    wall clock: other processes loading the machine cannot make the test fail."""
+    import signal
+
+    mark = request.node.get_closest_marker("cpu_timeout")
+    if mark is None:
+        yield
+        return
+    seconds = float(mark.args[0])
+
+    def over(signum, frame):
+        pytest.fail(f"{request.node.nodeid} used more than {seconds:.0f} CPU seconds")
+
+    old = signal.signal(signal.SIGPROF, over)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
+
+
 GOLDEN_DIR = REPO / "tests" / "golden"
 REGEN_GOLDEN = os.environ.get("LABKIT_REGEN_GOLDEN") == "1"
 

@@ -36,3 +36,11 @@ def test_passing_runs_exit_0(tmp_path):
 def test_bad_arguments_are_refused(tmp_path):
     p = _repeat(tmp_path, "--runs", "0")
     assert p.returncode == 2 and "--runs must be >= 1" in p.stderr
+
+
+def test_cpu_timeout_counts_cpu_seconds_not_the_wall_clock():
+    probe = REPO / "tests" / "fixtures" / "repeat" / "cpu_probe.py"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 1 passed" in p.stdout, p.stdout
+    assert "test_spins used more than 1 CPU seconds" in p.stdout, p.stdout

@@ -71,7 +71,7 @@ def _check(lines: list) -> None:
 def test_fuzz_chunk(chunk):
     count = [0]
 
-    @settings(max_examples=60, deadline=None, database=None, phases=[Phase.generate],
+    @settings(max_examples=60, deadline=None, database=None, phases=[Phase.generate], derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(seed=st.integers(0, 2**32 - 1), n=st.integers(400, 600))
     def run(seed, n):

@@ -81,3 +81,20 @@ def test_megatron_2019_labels_without_colons():
     its = parse_lines(lines).to_dict()["iterations"]
     assert [(r["iteration"], r["lr"], r["lm_loss"], r["loss_scale"]) for r in its] == [
         (100, 1.258e-04, 4.799004, 32768.0), (200, 5.257e-05, None, 16384.0)]
+
+
+def test_a_scale_that_is_no_number_stays_out_of_the_json():
+    """A damaged overflow line (an exponent past float's range, 400 digits) is no reading: the
+    JSON contract holds."""
+    import json
+    import math
+
+    from labkit.logs import parse_lines
+
+    lines = ["[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to "
+             + "9" * 400,
+             "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1e999, reducing to 9e999"]
+    d = parse_lines(lines).to_dict()
+    json.dumps(d, allow_nan=False)
+    scales = [f["loss_scale"] for f in d["findings"] if f.get("loss_scale") is not None]
+    assert all(math.isfinite(s) for s in scales), d["findings"]

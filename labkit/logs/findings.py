@@ -32,6 +32,7 @@ that falls to 1 or its minimum is a finding (the loss diverged or the gradients 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -67,10 +68,13 @@ _DS_RANK = re.compile(r"OVERFLOW! Rank (\d{1,6})")
 
 
 def _num(s: str | None) -> float | None:
+    """A finite number, else None: "inf", "nan" or 400 digits in a damaged line are no reading
+    (and JSON has no word for them)."""
     try:
-        return float(s) if s else None
+        x = float(s) if s else None
     except ValueError:
         return None
+    return x if x is not None and math.isfinite(x) else None
 
 
 class Seen:

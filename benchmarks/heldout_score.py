@@ -32,7 +32,8 @@ def _same(got, want) -> bool:
 
 
 def misses(d: dict, want: dict) -> list[str]:
-    """What the ``labkit parse --json`` document ``d`` gets wrong against the hand-read ``want``."""
+    """What the ``labkit parse --json`` document ``d`` gets wrong against the hand-read ``want``
+    (empty: fully right). The one definition: tests/test_logs_real.py checks the corpus with it."""
     out = []
     if d["layout"] != want["layout"]:
         out.append(f"layout {d['layout']}")
@@ -56,6 +57,9 @@ def misses(d: dict, want: dict) -> list[str]:
     for kind, n in want["failures"].get("counts", {}).items():
         if sum(f["kind"] == kind for f in d["failures"]) != n:
             out.append(f"{kind} count")
+    for kind, rank in want["failures"].get("ranks", {}).items():
+        if next((f["rank"] for f in d["failures"] if f["kind"] == kind), None) != rank:
+            out.append(f"{kind} rank")
     if "findings" in want:
         found = d.get("findings", [])
         if sorted({f["kind"] for f in found}) != want["findings"]["kinds"]:

@@ -10,12 +10,15 @@ kinds (with counts and ranks where the log determines them). Each field is check
 from __future__ import annotations
 
 import json
-import math
+import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.logs import parse_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from heldout_score import misses  # noqa: E402  (the one rule for "fully right")
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
 LOGS = sorted(p.name for p in REAL.glob("*.txt"))
@@ -23,14 +26,6 @@ LOGS = sorted(p.name for p in REAL.glob("*.txt"))
 
 def _expected(name: str) -> dict:
     return json.loads((REAL / name).with_suffix(".expected.json").read_text())
-
-
-def _same(got, want) -> bool:
-    if want is None or got is None:
-        return got is want
-    if isinstance(want, float) or isinstance(got, float):
-        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)
-    return got == want
 
 
 def test_corpus_is_complete():
@@ -50,29 +45,4 @@ def test_real_log(name):
     d = parsed.to_dict()
     json.dumps(d, allow_nan=False)
 
-    assert d["layout"] == want["layout"]
-
-    its = d["iterations"]
-    assert len(its) == want["iterations"]["count"]
-    for which, row in (("first", 0), ("last", -1)):
-        for key, value in want["iterations"].get(which, {}).items():
-            assert _same(its[row][key], value), f"{which} iteration {key}: {its[row][key]!r} != {value!r}"
-
-    if "memory_rows" in want:
-        assert len(d["memory"]) == want["memory_rows"]
-
-    assert d["nccl"]["version"] == want["nccl"]["version"]
-    assert d["nccl"]["transports"] == want["nccl"]["transports"]
-
-    failures = d["failures"]
-    assert sorted({f["kind"] for f in failures}) == want["failures"]["kinds"]
-    for kind, n in want["failures"].get("counts", {}).items():
-        assert sum(f["kind"] == kind for f in failures) == n, kind
-    for kind, rank in want["failures"].get("ranks", {}).items():
-        assert next(f["rank"] for f in failures if f["kind"] == kind) == rank, kind
-
-    if "findings" in want:
-        found = d["findings"]
-        assert sorted({f["kind"] for f in found}) == want["findings"]["kinds"]
-        if "skipped_steps" in want["findings"]:
-            assert max(f.get("skipped_steps", 0) for f in found) == want["findings"]["skipped_steps"]
+    assert misses(d, want) == []  # benchmarks/heldout_score.py: what "fully right" means

@@ -16,7 +16,8 @@ import os
 import tempfile
 import time
 
-from labkit import comm, minicluster
+from labkit import minicluster
+from labkit.measured import comm
 
 
 def main() -> int:

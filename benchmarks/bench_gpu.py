@@ -11,7 +11,7 @@ lessons' instrumentation and the checkpoints off (``LABKIT_INSTRUMENT=0``,
 ``LABKIT_SAVE_CHECKPOINTS=0``). Kept under ``--out`` (default runs/gpu-check/):
 
 * ``results.json``: the device, torch / CUDA / NCCL versions, and per run its tokens/s, model
-  TFLOP/s per GPU, MFU (labkit.hardware's peak), the planner's peak and static memory against
+  TFLOP/s per GPU, MFU (labkit.measured.hardware's peak), the planner's peak and static memory against
   the measured ones (benchmarks/gpu_results.py), the CUDA workspace measured at start-up;
   rewritten after every step, so a run stopped by its time limit keeps what it measured;
 * ``throughput.png``, ``memory.png``, ``profile.png`` (the 124M run's torch.profiler trace as
@@ -212,8 +212,8 @@ def oom(bench: Bench) -> None:
 def profile(bench: Bench, run: str) -> None:
     from gpu_results import _save
 
-    from labkit.plots import plot_profile_breakdown
-    from labkit.profiling import profile_breakdown
+    from labkit.measured.plots import plot_profile_breakdown
+    from labkit.measured.profiling import profile_breakdown
 
     folder = bench.out / "runs" / run / "profile"
     df = profile_breakdown(folder)

@@ -3,7 +3,7 @@ and the micro batches of the out-of-memory demonstration. No CUDA needed (tested
 
 ``run_result(run_dir)`` reads a finished run of code/pretrain_gpt.py (config.json, log.txt,
 exit_code) and returns its figures: the median iteration time after the warm-up, tokens/s,
-model TFLOP/s per GPU, MFU (``None`` on a device without a peak in labkit.hardware, e.g. a
+model TFLOP/s per GPU, MFU (``None`` on a device without a peak in labkit.measured.hardware, e.g. a
 CPU), the planner's peak and static memory against the measured ones. Measured peak memory is
 the engine's memory line after the *last* iteration, whose peaks the engine resets before that
 iteration: the steady state, with the optimizer's state allocated (after iteration 1 it is not
@@ -88,7 +88,7 @@ def run_result(run_dir: Path, *, warmup: int, device: str | None = None) -> dict
     from labkit.config import RunConfig
     from labkit.errors import LabkitError
     from labkit.logs import diagnose, parse_log
-    from labkit.metrics import mfu, model_flops_per_iteration, tflops_per_gpu
+    from labkit.measured.metrics import mfu, model_flops_per_iteration, tflops_per_gpu
     from labkit.planner import stage_memory
 
     cfg = RunConfig.from_json(run_dir / "config.json")

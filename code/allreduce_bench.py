@@ -21,9 +21,9 @@ Two nodes (run the same line on each node, or let Slurm's srun start it):
 `--scopes` picks who talks: `world` (every rank), `intra` (the ranks of one node: loopback, the
 NVLink of a CPU box) and `inter` (one rank per node: the network between nodes). Rank 0 prints
 a table in nccl-tests' column layout; `--json-out` also writes one JSON object per row, which
-`labkit.comm.read_busbw` turns into a DataFrame for `labkit.comm.plot_busbw`.
+`labkit.measured.comm.read_busbw` turns into a DataFrame for `labkit.measured.comm.plot_busbw`.
 
-Inside a labkit job (local backend or Slurm), `labkit.comm.submit_bench(...)` submits this
+Inside a labkit job (local backend or Slurm), `labkit.measured.comm.submit_bench(...)` submits this
 script as the job's program with these arguments, `--json-out` pointing into the run directory.
 """
 

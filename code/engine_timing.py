@@ -27,7 +27,7 @@ Profiler: ``torch_profiler`` records 3 iterations after 1 skipped and 1 warm-up 
 iterations 1-2 instead (the optimizer state appears in the first step) with
 ``profile_memory=True``: every allocation and free is then a ``[memory]`` event with the bytes
 allocated so far, and the forward/backward of each microbatch a ``labkit forward|backward
-chunk C microbatch M`` annotation (``labkit.profiling.memory_timeline`` reads both). The
+chunk C microbatch M`` annotation (``labkit.measured.profiling.memory_timeline`` reads both). The
 profiler's own categorised ``export_memory_timeline`` needs ``with_stack``: on the cpu
 profile's tiny model that made a 135 MB trace and minutes of analysis for two steps.
 """

@@ -157,7 +157,7 @@ class RunConfig:
     torch_profiler_memory: bool = False
     """With torch_profiler: record iterations 1-2 instead of 3-5, with every allocation and free
     (``profile_memory=True``), for a memory timeline of the first steps
-    (``labkit.profiling.memory_timeline``; Megatron-LM: ``--record-memory-history`` on CUDA)."""
+    (``labkit.measured.profiling.memory_timeline``; Megatron-LM: ``--record-memory-history`` on CUDA)."""
     nccl_debug: bool = False
     """Export NCCL_DEBUG=INFO in the job script (transport lines in the log)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -60,7 +60,7 @@ _PHASES = ("compute", "communication", "memcpy", "idle")
 
 
 def check_profile_reading(phase: Any, remedy: Any, *, breakdown: Any) -> CheckResult:
-    """Which phase of a ``labkit.profiling.profile_breakdown`` frame takes the most time (summed
+    """Which phase of a ``labkit.measured.profiling.profile_breakdown`` frame takes the most time (summed
     over ranks), and a remedy from ``REMEDIES`` that shortens that phase."""
     totals = {ph: float(breakdown[f"{ph}_ms"].sum()) for ph in _PHASES}
     whole = sum(totals.values()) or 1.0

@@ -24,11 +24,11 @@ from labkit import backends
 from labkit._logging import log
 from labkit.backends.job import JOB_FILE, Job
 from labkit.backends.ownership import NotOwnedError, verify_owned
-from labkit.comm import read_busbw, submit_bench
 from labkit.config import RunConfig, require_config
 from labkit.errors import LabkitError, SubmissionError
 from labkit.logs import parse_log
-from labkit.metrics import add_throughput, mfu
+from labkit.measured.comm import read_busbw, submit_bench
+from labkit.measured.metrics import add_throughput, mfu
 from labkit.paths import REPO_ROOT, run_root
 from labkit.site import resolve_cluster
 
@@ -174,7 +174,7 @@ def throughput(df: pd.DataFrame, *, by: str = "name", gpu_model: str | None = No
     device and MFU, without the first ``skip`` iterations of each run.
 
     ``df``: iterations from ``labkit.logs.load_runs`` (config columns joined). MFU is model
-    FLOP/s per device over the device's dense peak (``labkit.hardware.PEAK_TFLOPS``, for the
+    FLOP/s per device over the device's dense peak (``labkit.measured.hardware.PEAK_TFLOPS``, for the
     run's precision), a GPU figure: it is left empty for runs on ``device="cpu"`` (a CPU has no
     peak in that table), and for GPU runs when the GPU model is unknown. ``gpu_model`` names it
     (e.g. ``"H100"``); None: the GPU this Python process sees, if any.
@@ -212,7 +212,7 @@ def run_allreduce_bench(cfg: RunConfig, *, cluster: Any = None, min_bytes: str =
                         ) -> pd.DataFrame:
     """Run code/allreduce_bench.py across ``cfg``'s nodes as a labkit job; its busbw rows.
 
-    The job is submitted through the same backend as training (``labkit.comm.submit_bench``),
+    The job is submitted through the same backend as training (``labkit.measured.comm.submit_bench``),
     so it is recorded in ``runs/<cfg.name>/`` and cancellable like any other; an earlier
     directory of that name is moved aside, never deleted.
     """

@@ -1,4 +1,4 @@
-"""code/allreduce_bench.py (nccl-tests analog) and labkit.comm (its parser and plot).
+"""code/allreduce_bench.py (nccl-tests analog) and labkit.measured.comm (its parser and plot).
 
 The run tests submit the real benchmark as a labkit job (torchrun, gloo): two simulated nodes
 of two processes each on the local backend, and the two-node Slurm mini-cluster.
@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from labkit import comm
 from labkit.backends.job import JobState
+from labkit.measured import comm
 
 matplotlib.use("Agg")
 REPO = Path(__file__).resolve().parents[1]

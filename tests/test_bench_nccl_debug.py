@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import backends, comm
+from labkit import backends
 from labkit.config import RunConfig
 from labkit.logs import parse_log
+from labkit.measured import comm
 from labkit.render import render_local
 
 REPO = Path(__file__).resolve().parents[1]

@@ -373,7 +373,7 @@ def check_layout_builder(page, lab: Lab) -> None:
 def check_tensorboard(page, lab: Lab, nb) -> None:
     """TensorBoard on the run root that 04 prints: its API and its page list the run's scalars."""
     from labkit.backends.local import free_port
-    from labkit.tb import tensorboard_command
+    from labkit.measured.tb import tensorboard_command
 
     printed = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
                         and "tensorboard_command_line(" in c.source for o in c.outputs)

@@ -143,7 +143,7 @@ def test_throughput_run_reports_its_last_iteration_and_results_are_written(tmp_p
 
 def test_h100_nvl_has_its_own_peak():
     """torch names the card "NVIDIA H100 NVL"; it must not read as an H100 SXM (989.4)."""
-    from labkit.hardware import peak_tflops
+    from labkit.measured.hardware import peak_tflops
 
     assert peak_tflops("NVIDIA H100 NVL", "bf16") == 835.5  # 1,671 with sparsity, halved
     assert peak_tflops("NVIDIA H100 NVL", "fp8") == 1670.5

@@ -52,7 +52,7 @@ def test_jobspec_of_a_run_config_still_passes_the_door():
     ({"min_bytes": "1K\nid"}, "min_bytes="),
 ])
 def test_submit_bench_refuses_control_characters_before_writing(run_root, kw, named):
-    from labkit.comm import submit_bench
+    from labkit.measured.comm import submit_bench
 
     with pytest.raises(ConfigError, match=named):
         submit_bench("bw", **kw)

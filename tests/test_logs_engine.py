@@ -10,8 +10,8 @@ import math
 import pytest
 
 from labkit.logs import diagnose, parse_run
-from labkit.profiling import profile_breakdown
-from labkit.tb import read_scalars
+from labkit.measured.profiling import profile_breakdown
+from labkit.measured.tb import read_scalars
 
 pytestmark = pytest.mark.engine
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from labkit import metrics
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
+from labkit.measured import metrics
 
 
 @pytest.mark.parametrize("device,precision,peak", [

@@ -87,7 +87,7 @@ def test_throughput_per_device_and_mfu_from_a_real_engine_log(tmp_path):
     from labkit import lab
     from labkit.config import RunConfig
     from labkit.logs import load_runs
-    from labkit.metrics import model_flops_per_iteration, peak_tflops
+    from labkit.measured.metrics import model_flops_per_iteration, peak_tflops
 
     log = REPO / "tests" / "fixtures" / "logs" / "labkit_engine_2026.txt"
     cpu = RunConfig(name="cpu_run", nodes=2, gpus_per_node=2, tensor_model_parallel_size=2,

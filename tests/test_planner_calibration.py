@@ -28,7 +28,7 @@ def _cpu(**kw) -> RunConfig:
 
 
 def _bench_rows(scope: str, n: int, latency_s: float, gbps: float) -> list[dict]:
-    """Rows shaped like labkit.comm.read_busbw's, for a link of this latency and bandwidth."""
+    """Rows shaped like labkit.measured.comm.read_busbw's, for a link of this latency and bandwidth."""
     rows = []
     for size in (4096, 65536, 1 << 20, 4 << 20):
         moved = size * 2 * (n - 1) / n

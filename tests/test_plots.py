@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from labkit import plots  # noqa: E402
 from labkit.errors import LabkitError  # noqa: E402
+from labkit.measured import plots  # noqa: E402
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ RUNS = Path(__file__).parent / "fixtures" / "pipeline_runs"
 
 def test_memory_components_side_by_side_stacked():
     from labkit.config import RunConfig
-    from labkit.measured_memory import COMPONENTS, compare_memory, load_memory
+    from labkit.measured.memory import COMPONENTS, compare_memory, load_memory
 
     cfg = RunConfig.from_json(RUNS / "pp2" / "config.json")
     cmp = compare_memory(cfg, load_memory(RUNS / "pp2"))
@@ -135,7 +135,7 @@ def test_memory_components_side_by_side_stacked():
 
 
 def test_pipeline_timeline_draws_every_microbatch_and_the_idle_background():
-    from labkit.timeline import load_timeline
+    from labkit.measured.timeline import load_timeline
 
     df = load_timeline(RUNS / "vpp")
     fig, ax = plt.subplots()
@@ -151,8 +151,8 @@ def test_pipeline_timeline_draws_every_microbatch_and_the_idle_background():
 
 
 def test_memory_timeline_and_memory_over_iterations():
-    from labkit.measured_memory import memory_iterations
-    from labkit.profiling import memory_timeline
+    from labkit.measured.memory import memory_iterations
+    from labkit.measured.profiling import memory_timeline
 
     mt = memory_timeline(RUNS / "pp2")
     ax = plots.plot_memory_timeline(mt)

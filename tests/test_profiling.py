@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.profiling import classify, profile_breakdown, trace_breakdown
+from labkit.measured.profiling import classify, profile_breakdown, trace_breakdown
 
 GEN = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist

@@ -140,7 +140,7 @@ def test_a_site_program_runs_the_training_script_only(tmp_path):
     and the all-reduce benchmark (programs given by path) stay in code_dir."""
     import shutil
 
-    from labkit.comm import BENCH
+    from labkit.measured.comm import BENCH
 
     copy = tmp_path / "megatron lm" / "pretrain_gpt.py"
     copy.parent.mkdir()

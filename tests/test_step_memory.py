@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from labkit.errors import LabkitError  # noqa: E402
-from labkit.plots import plot_memory_categories  # noqa: E402
-from labkit.step_memory import category_columns, profile_training_steps, step_summary  # noqa: E402
+from labkit.measured.plots import plot_memory_categories  # noqa: E402
+from labkit.measured.step_memory import category_columns, profile_training_steps, step_summary  # noqa: E402
 
 
 @pytest.fixture(scope="module")

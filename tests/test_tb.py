@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.tb import read_scalars, scalars_wide
+from labkit.measured.tb import read_scalars, scalars_wide
 
 TAGS = ("lm-loss", "learning-rate", "iteration-time", "throughput", "mem-max-allocated", "batch-size")
 
@@ -48,7 +48,7 @@ def test_missing_or_empty_folder_is_a_clear_error(tmp_path):
 
 
 def test_tensorboard_command_serves_the_absolute_run_root(run_root, monkeypatch, tmp_path):
-    from labkit.tb import tensorboard_command
+    from labkit.measured.tb import tensorboard_command
 
     cmd = tensorboard_command(port=6123)
     assert cmd[1:] == ["--logdir", str(run_root.resolve()), "--port", "6123", "--host", "localhost"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+from labkit.measured.tb import tensorboard_command, tensorboard_command_line
 from labkit.paths import REPO_ROOT
-from labkit.tb import tensorboard_command, tensorboard_command_line
 
 
 def test_with_labkit_run_root_it_names_the_variable(run_root):

@@ -13,9 +13,9 @@ import pytest
 from labkit.backends.queue import describe, latest_iteration
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
-from labkit.measured_memory import COMPONENTS, compare_memory, load_memory, memory_iterations
-from labkit.profiling import memory_timeline
-from labkit.timeline import bubble_line, load_timeline, measured_bubble, predicted_bubble, stage_idle
+from labkit.measured.memory import COMPONENTS, compare_memory, load_memory, memory_iterations
+from labkit.measured.profiling import memory_timeline
+from labkit.measured.timeline import bubble_line, load_timeline, measured_bubble, predicted_bubble, stage_idle
 
 RUNS = Path(__file__).parent / "fixtures" / "pipeline_runs"
 

@@ -79,7 +79,7 @@ def save_compute_calibration(run_dir: str | Path, cfg: RunConfig, iteration_ms: 
 
 
 def _records(busbw: Any) -> list[Mapping[str, Any]]:
-    if hasattr(busbw, "to_dict"):  # a DataFrame of labkit.comm.read_busbw
+    if hasattr(busbw, "to_dict"):  # a DataFrame of labkit.measured.comm.read_busbw
         return list(busbw.to_dict("records"))
     return list(busbw)
 
@@ -88,7 +88,7 @@ def link_figures(busbw: Any) -> dict[str, dict[str, float]]:
     """Per scope (``intra``, ``inter``) of all-reduce rows, the two figures of a link: a fixed
     ``latency_s`` per collective (the median time of the smallest messages) and the bus bandwidth
     ``gbps`` the largest message moved at once that latency is paid. Rows need ``scope``,
-    ``size_bytes``, ``time_us``, ``busbw_gbps`` (``labkit.comm.read_busbw``)."""
+    ``size_bytes``, ``time_us``, ``busbw_gbps`` (``labkit.measured.comm.read_busbw``)."""
     out: dict[str, dict[str, float]] = {}
     rows = [r for r in _records(busbw) if r.get("op", "all_reduce") in (None, "all_reduce")]
     for scope in ("intra", "inter"):
@@ -118,7 +118,7 @@ def save_link_calibration(run_dir: str | Path, busbw: Any, *, device: str, backe
     figures = link_figures(busbw)
     if not figures:
         raise LabkitError("no all-reduce rows of scope 'intra' or 'inter' with a time and a bus "
-                          "bandwidth; pass the benchmark's rows (labkit.comm.read_busbw)")
+                          "bandwidth; pass the benchmark's rows (labkit.measured.comm.read_busbw)")
     entry = {"run": Path(run_dir).name, "device": device, "backend": backend, **figures,
              "host": socket.gethostname(), "measured_at": _now()}
     return _write(run_dir, "links", entry)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from labkit.hardware import PEAK_TFLOPS
+from labkit.measured.hardware import PEAK_TFLOPS
 from labkit.planner.grid import rank_grid
 from labkit.planner.memory import element_bytes, stage_params
 
@@ -155,7 +155,7 @@ class Hardware:
 
 
 HARDWARE = {
-    # Dense bf16 peaks from labkit.hardware's one table; bus bandwidths of typical NVLink /
+    # Dense bf16 peaks from labkit.measured.hardware's one table; bus bandwidths of typical NVLink /
     # 4x200 Gbit/s InfiniBand.
     "a100-80gb": Hardware("a100-80gb", PEAK_TFLOPS["A100"]["bf16"], 230.0, 90.0),
     "h100-80gb": Hardware("h100-80gb", PEAK_TFLOPS["H100"]["bf16"], 360.0, 180.0),

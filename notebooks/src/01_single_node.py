@@ -114,7 +114,7 @@ run.iterations[["iteration", "elapsed_ms", "lm_loss", "lr", "grad_norm", "tokens
 # %% [markdown]
 # **Throughput.** Tokens per second *per device* is the number to compare across layouts and
 # machines. **MFU** (model FLOPs utilisation) is the model's FLOP/s per GPU over the GPU's dense
-# peak (`labkit.hardware.PEAK_TFLOPS`, for the precision trained in); large trainings report
+# peak (`labkit.measured.hardware.PEAK_TFLOPS`, for the precision trained in); large trainings report
 # about 40 % (Llama 3 405B on H100s: 38-43 %). It is a GPU figure: on `profile="cpu"` the
 # `mfu` column stays empty, because a CPU has no peak in that table and a tiny model on gloo
 # says nothing about a GPU.
@@ -131,7 +131,7 @@ throughput(load_runs([job.run_dir]), gpu_model=gpu_model)
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.plots import plot_iteration_time, plot_loss
+from labkit.measured.plots import plot_iteration_time, plot_loss
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
 plot_loss(run.iterations, ax=axes[0])

@@ -102,7 +102,7 @@ print([ln for ln in job2.tail(400).splitlines() if "using world size" in ln][0])
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.plots import plot_iteration_time
+from labkit.measured.plots import plot_iteration_time
 
 df = load_runs([job1.run_dir, job2.run_dir])
 plot_iteration_time(df, by="name")

@@ -65,7 +65,7 @@ bw.head()
 # %%
 import pandas as pd
 
-from labkit.comm import nccl_transports
+from labkit.measured.comm import nccl_transports
 from labkit.lab import run_dir_of
 from labkit.logs import parse_log
 from labkit.paths import REPO_ROOT
@@ -96,7 +96,7 @@ if bench_cfg.device == "cuda":  # your own GPUs: NCCL must have found the links 
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.comm import peak_busbw, plot_busbw
+from labkit.measured.comm import peak_busbw, plot_busbw
 
 plot_busbw(bw)
 plt.show()

@@ -63,7 +63,7 @@ assert final == "COMPLETED", job.tail(30)
 # Here we also read the scalars back as a DataFrame.
 
 # %%
-from labkit.tb import read_scalars, tensorboard_command_line
+from labkit.measured.tb import read_scalars, tensorboard_command_line
 
 print("$", tensorboard_command_line(port=6006))
 
@@ -74,7 +74,7 @@ tb.head()
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.plots import plot_scalars
+from labkit.measured.plots import plot_scalars
 
 tags = [t for t in ("lm-loss", "iteration-time", "throughput") if t in set(tb["tag"])]
 fig, axes = plt.subplots(1, len(tags), figsize=(4 * len(tags), 3.2), squeeze=False)
@@ -91,7 +91,7 @@ plt.show()
 # where the rank waits).
 
 # %%
-from labkit.profiling import profile_breakdown
+from labkit.measured.profiling import profile_breakdown
 
 trace_files = sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())
 print(trace_files[:10])
@@ -127,7 +127,7 @@ reading = check_profile_reading(phase, remedy, breakdown=breakdown)
 from IPython.display import display
 
 from labkit.lab import shown
-from labkit.plots import plot_profile_breakdown
+from labkit.measured.plots import plot_profile_breakdown
 
 display(breakdown.assign(file=breakdown["file"].map(shown)))  # paths relative to the repository
 plot_profile_breakdown(breakdown, normalize=True)
@@ -158,8 +158,8 @@ print(f"\n{top} dominates this run ({shares.mean().max():.0%} of the profiled ti
 # %%
 import torch
 
-from labkit.plots import plot_memory_categories
-from labkit.step_memory import profile_training_steps, step_summary
+from labkit.measured.plots import plot_memory_categories
+from labkit.measured.step_memory import profile_training_steps, step_summary
 
 shape = RunConfig.for_profile("cpu", name="step_memory")
 torch.manual_seed(0)

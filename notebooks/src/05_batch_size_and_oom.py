@@ -56,7 +56,7 @@ assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) fo
 import matplotlib.pyplot as plt
 
 from labkit.logs import load_runs
-from labkit.plots import plot_throughput_vs_micro_batch
+from labkit.measured.plots import plot_throughput_vs_micro_batch
 
 df = load_runs([j.run_dir for j in jobs])
 plot_throughput_vs_micro_batch(df)
@@ -91,7 +91,7 @@ if profile == "cpu" and best != max(tput):
 
 # %% [markdown]
 # The same per device, with MFU on GPUs (empty on `profile="cpu"`: a CPU has no peak FLOPs in
-# `labkit.hardware.PEAK_TFLOPS`). On a GPU, a larger micro batch keeps the tensor cores busier
+# `labkit.measured.hardware.PEAK_TFLOPS`). On a GPU, a larger micro batch keeps the tensor cores busier
 # until memory runs out; MFU shows how much of the peak that buys.
 
 # %%
@@ -235,8 +235,8 @@ if asked:
 # activations). That is what the planner predicts. Left: tensors per iteration; right: RSS.
 
 # %%
-from labkit.measured_memory import compare_memory, load_memory, memory_iterations
-from labkit.plots import plot_memory, plot_memory_components
+from labkit.measured.memory import compare_memory, load_memory, memory_iterations
+from labkit.measured.plots import plot_memory, plot_memory_components
 
 big_job = jobs[-1]  # the largest micro batch of the sweep
 big_cfg = RunConfig.from_json(big_job.run_dir / "config.json")
@@ -272,8 +272,8 @@ print(f"tensors {meas['total_mb']:.1f} MB of a process of {rss:.0f} MB RSS: "
 # up during the forward passes and drain in the backward passes.
 
 # %%
-from labkit.plots import plot_memory_timeline
-from labkit.profiling import memory_timeline
+from labkit.measured.plots import plot_memory_timeline
+from labkit.measured.profiling import memory_timeline
 
 mem_run = big_cfg.replace(name=f"{run_prefix}_memory_timeline", train_iters=3,
                           lr_warmup_iters=min(big_cfg.lr_warmup_iters, 3),

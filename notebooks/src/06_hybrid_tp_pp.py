@@ -113,8 +113,8 @@ peak.rename(columns={"max_allocated_mb": "peak_rss_mb"}) if cfg.device == "cpu" 
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.measured_memory import compare_memory, load_memory
-from labkit.plots import plot_memory_components
+from labkit.measured.memory import compare_memory, load_memory
+from labkit.measured.plots import plot_memory_components
 
 measured = load_memory(job.run_dir)
 mem_cmp = compare_memory(cfg, measured)
@@ -139,8 +139,8 @@ for stage, g in mem_cmp.groupby("pp_rank"):
 # (p-1)/(v*m) halves.
 
 # %%
-from labkit.plots import plot_pipeline_timeline
-from labkit.timeline import bubble_line, load_timeline, measured_bubble
+from labkit.measured.plots import plot_pipeline_timeline
+from labkit.measured.timeline import bubble_line, load_timeline, measured_bubble
 
 chunks = 2 if cfg.num_layers % (2 * pp) == 0 else 1  # each chunk needs whole layers
 vcfg = cfg.replace(name=f"{run_prefix}_tp{tp}_pp{pp}_vpp{chunks}",
@@ -173,7 +173,7 @@ plt.show()
 import pandas as pd
 from IPython.display import display
 
-from labkit.timeline import predicted_bubble, stage_idle
+from labkit.measured.timeline import predicted_bubble, stage_idle
 
 
 def idle_parts(tl: pd.DataFrame) -> pd.DataFrame:
@@ -275,7 +275,7 @@ assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) fo
 import matplotlib.pyplot as plt
 
 from labkit.logs import load_runs
-from labkit.plots import plot_layout_grid
+from labkit.measured.plots import plot_layout_grid
 
 df = load_runs([j.run_dir for j in jobs])
 steady = df[df["iteration"] > 1]

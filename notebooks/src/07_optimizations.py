@@ -197,8 +197,8 @@ print(f"recompute: measured x{measured_slowdown:.2f} the baseline's time; its FL
 # %%
 import matplotlib.pyplot as plt
 
-from labkit.measured_memory import compare_memory, load_memory
-from labkit.plots import plot_memory_components
+from labkit.measured.memory import compare_memory, load_memory
+from labkit.measured.plots import plot_memory_components
 
 have = [(j, c) for j, c in zip(jobs, (base, accum, recompute, distopt))
         if (j.run_dir / "memory").is_dir()]

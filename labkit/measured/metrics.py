@@ -15,7 +15,7 @@ import pandas as pd
 
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
-from labkit.hardware import PEAK_TFLOPS, peak_tflops
+from labkit.measured.hardware import PEAK_TFLOPS, peak_tflops
 from labkit.planner.flops import flops_per_iteration
 
 __all__ = ["PEAK_TFLOPS", "peak_tflops", "model_flops_per_iteration", "tflops_per_gpu", "mfu",

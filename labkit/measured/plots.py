@@ -1,8 +1,8 @@
 """matplotlib plots of parsed runs. Each takes a DataFrame and an optional ``ax``, returns the ``ax``.
 
 No ``plt.show()`` or ``savefig`` here: the notebook decides. Frames come from
-``labkit.logs.parse_run / load_runs`` (iterations, memory), ``labkit.metrics`` (throughput,
-scaling) and ``labkit.profiling`` (breakdown); axis labels carry the column's unit.
+``labkit.logs.parse_run / load_runs`` (iterations, memory), ``labkit.measured.metrics`` (throughput,
+scaling) and ``labkit.measured.profiling`` (breakdown); axis labels carry the column's unit.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _need(df: pd.DataFrame, *cols: str, what: str) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise LabkitError(f"{what} needs column(s) {missing}; the frame has {list(df.columns)}. "
-                          f"Build it with labkit.logs.load_runs / labkit.metrics.add_throughput.")
+                          f"Build it with labkit.logs.load_runs / labkit.measured.metrics.add_throughput.")
 
 
 def _lines(df: pd.DataFrame, x: str, y: str, by: str | None, ax: Axes, what: str, **kw) -> Axes:
@@ -124,7 +124,7 @@ def plot_memory(df: pd.DataFrame, *, y: str = "max_allocated_mb", limit_mb: floa
                 x: str | None = None, ax: Axes | None = None) -> Axes:
     """Peak memory per rank (bars, the max over iterations) from a ``.memory`` frame; with
     ``x="iteration"`` one line per rank over iterations (e.g.
-    ``labkit.measured_memory.memory_iterations``)."""
+    ``labkit.measured.memory.memory_iterations``)."""
     _need(df, "rank", y, what="plot_memory")
     ax = _ax(ax)
     if x is not None:
@@ -141,7 +141,7 @@ def plot_memory(df: pd.DataFrame, *, y: str = "max_allocated_mb", limit_mb: floa
 
 
 def plot_scalars(df: pd.DataFrame, tag: str, *, ax: Axes | None = None) -> Axes:
-    """One TensorBoard scalar (``labkit.tb.read_scalars``'s frame) against the iteration."""
+    """One TensorBoard scalar (``labkit.measured.tb.read_scalars``'s frame) against the iteration."""
     _need(df, "tag", "step", "value", what="plot_scalars")
     d = df[df["tag"] == tag].sort_values("step")
     if d.empty:
@@ -239,7 +239,7 @@ COMPONENT_COLORS = {"weights": "tab:green", "gradients": "tab:blue", "optimizer"
 def plot_memory_components(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     """Predicted and measured tensor memory per stage, stacked by component, side by side.
 
-    ``df``: ``labkit.measured_memory.compare_memory`` (one row per stage and source, components
+    ``df``: ``labkit.measured.memory.compare_memory`` (one row per stage and source, components
     in MB). Predicted bars are hatched; the total is written above each bar.
     """
     comps = [c for c in COMPONENT_COLORS if f"{c}_mb" in df.columns]
@@ -272,7 +272,7 @@ def plot_pipeline_timeline(df: pd.DataFrame, *, iteration: int | None = None,
                            ax: Axes | None = None) -> Axes:
     """A Gantt chart of one iteration: forward and backward of every microbatch per stage.
 
-    ``df``: ``labkit.timeline.load_timeline`` (tensor rank 0 of replica 0 is drawn). Forward is
+    ``df``: ``labkit.measured.timeline.load_timeline`` (tensor rank 0 of replica 0 is drawn). Forward is
     blue, backward orange, darker for later model chunks; each bar carries its microbatch; the
     grey behind the bars is the stage's idle time. ``iteration``: default the last one.
     """
@@ -317,7 +317,7 @@ def plot_pipeline_timeline(df: pd.DataFrame, *, iteration: int | None = None,
 def plot_memory_timeline(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     """Bytes allocated over the profiled steps, with forward, backward and optimizer shaded.
 
-    ``df``: ``labkit.profiling.memory_timeline``. The optimizer state appears in the first
+    ``df``: ``labkit.measured.profiling.memory_timeline``. The optimizer state appears in the first
     step's optimizer phase; activations pile up in forward and drain in backward.
     """
     _need(df, "time_ms", "allocated_mb", "phase", what="plot_memory_timeline")
@@ -350,7 +350,7 @@ _CATEGORY_COLORS = {"parameter": "darkgreen", "optimizer_state": "goldenrod", "i
 def plot_memory_categories(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     """Memory of training steps by category, stacked, with each step's start marked.
 
-    ``df``: ``labkit.step_memory.profile_training_steps`` (``time_ms``, ``step``, ``phase`` and a
+    ``df``: ``labkit.measured.step_memory.profile_training_steps`` (``time_ms``, ``step``, ``phase`` and a
     ``<category>_mb`` column per torch.profiler category). Categories that stay zero are left out.
     """
     _need(df, "time_ms", "step", "phase", what="plot_memory_categories")

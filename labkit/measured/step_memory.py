@@ -10,7 +10,7 @@ first optimizer step and stays; activations pile up in forward and drain in back
 
 The analysis needs the Python stack of every op (``with_stack``): cheap for a small model run
 in the notebook's own process, too slow for the engine's megatron-core runs on a CPU (those
-record the total only: ``labkit.profiling.memory_timeline``). MB = 1e6 bytes.
+record the total only: ``labkit.measured.profiling.memory_timeline``). MB = 1e6 bytes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dense peak FLOP/s of accelerators: the one table that MFU (``labkit.metrics``) and the
+"""Dense peak FLOP/s of accelerators: the one table that MFU (``labkit.measured.metrics``) and the
 planner's time estimate (``labkit.planner.flops``) both read. Pure data, no imports beyond labkit.
 """
 
@@ -64,7 +64,7 @@ def peak_tflops(device: str, precision: str) -> float:
     key = _device_key(device)
     if key is None:
         raise LabkitError(
-            f"unknown device {device!r}: no peak FLOPs for it in labkit.hardware.PEAK_TFLOPS "
+            f"unknown device {device!r}: no peak FLOPs for it in labkit.measured.hardware.PEAK_TFLOPS "
             f"(known: {', '.join(PEAK_TFLOPS)}). Pass peak_tflops=<dense TFLOP/s per device from its "
             f"datasheet, without sparsity>; CPUs have no entry, MFU is a GPU figure.")
     table = PEAK_TFLOPS[key]

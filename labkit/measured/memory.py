@@ -67,7 +67,7 @@ def load_memory(run_dir: str | Path) -> pd.DataFrame:
 def memory_iterations(run_dir: str | Path) -> pd.DataFrame:
     """One row per rank and iteration: ``tensors_mb`` (static tensors after the iteration +
     its activation peak), ``activations_mb``, ``rss_mb`` and ``max_allocated_mb`` (= tensors_mb,
-    the name ``labkit.plots.plot_memory`` reads)."""
+    the name ``labkit.measured.plots.plot_memory`` reads)."""
     rows = []
     for f in _files(Path(run_dir)):
         d = _read(f)

@@ -21,6 +21,8 @@ Runbook (from the repository root, after `make setup data`):
     sbatch runs/x/job.sh          # the same, rendered by `labkit submit`
 
   Start over instead of resuming from runs/x/checkpoints/: add --no-resume (or LABKIT_NO_RESUME=1).
+  Stop early with a checkpoint: SIGUSR1 to any rank (Slurm's warning signal, which labkit's
+  job script forwards): every rank saves at the next iteration boundary, exit code 75 (engine_stop.py).
 
 Troubleshooting: on clusters without InfiniBand prepend NCCL_IB_DISABLE=1; when gloo resolves the
 hostname to 127.0.0.1 across nodes, export GLOO_SOCKET_IFNAME=<the node's interface>.
@@ -66,7 +68,9 @@ CUDA_CAP: list[str | None] = [None]  # the device memory cap's description, set 
 # forward_step (one micro batch through a model chunk), mean_loss and evaluate: code/engine_step.py
 
 
-def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda: bool) -> None:
+def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda: bool,
+          stop) -> int:
+    """Train to cfg.train_iters; 0, or STOPPED_EXIT_CODE after a save on a signal."""
     import engine_ckpt
     import engine_data
     import engine_log as L
@@ -75,6 +79,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_timing
     from engine_attention import layer_spec
     from engine_memory import apply_memory_limit, run_switch, static_memory_line, workspace_line
+    from engine_stop import STOPPED_EXIT_CODE, stop_line
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -83,6 +88,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     log = L.RunLog(run_dir)
     # --- distributed init ------------------------------------------------------------------
     engine_model.init_model_parallel(cfg)  # with the same timeout as WORLD
+    stop.attach(on_cuda)  # the group the ranks agree on a stop signal in (engine_stop.py)
     model_parallel_cuda_manual_seed(cfg.seed)
     tp_rank, pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
     dp_rank = ps.get_data_parallel_rank()
@@ -158,6 +164,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     prof = engine_timing.profiler(cfg, rank, run_dir, on_cuda)
     acc = {"loss": 0.0, "n": 0, "time": 0.0, "iters": 0, "skipped": 0, "nan": 0}
     memory_reported, losses_due = 0, []  # the iteration of the first memory report
+    stopped = 0  # the signal the ranks agreed to stop on (engine_stop.py)
     with prof or nullcontext():
         while iteration < cfg.train_iters:
             if memory_reported and iteration == cfg.train_iters - 1:
@@ -240,16 +247,27 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
                 engine_model.sync_params(model)
                 engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler,
                                  layout)
+            # Slurm's warning signal reached some rank: all save this iteration, then stop.
+            if iteration < cfg.train_iters and (stopped := stop.agreed()):
+                break
     if timing:
         timing.close()
     STATE["phase"] = "checkpoint save"
     if saves and engine_ckpt.latest_iteration(ckpt_root) != iteration:
         engine_model.sync_params(model)
         d = engine_ckpt.save(ckpt_root, iteration, consumed, model, optimizer, scheduler, layout)
-        if rank == 0:
+        if rank == 0 and not stopped:
             log.emit(f"[labkit] saved checkpoint {d}")
     board.close()
     STATE["phase"] = "done"
+    if stopped:
+        if rank == 0:
+            saved = engine_ckpt.iter_dir(ckpt_root, iteration) if saves else None
+            log.emit(stop_line(stopped, iteration, cfg.train_iters, str(saved) if saved else None))
+            _write_exit_code(run_dir, STOPPED_EXIT_CODE)
+        torch.distributed.barrier()  # no rank ends (and torchrun stops the rest) before that
+        return STOPPED_EXIT_CODE
+    return 0
 
 
 # --- entry point ----------------------------------------------------------------------------
@@ -306,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (run_dir / "config.json").exists():
             cfg.to_json(run_dir / "config.json")
     signal.signal(signal.SIGTERM, _on_sigterm)
+    from engine_stop import STOPPED_EXIT_CODE, StopOnSignal
+
+    stop = StopOnSignal()  # before anything slow: from here SIGUSR1 asks for a save and stop
     on_cuda = cfg.device == "cuda"
     from engine_log import RunLog
     from engine_memory import (
@@ -333,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         # A peer that died (OOM, crash) ends the others' collectives within dist_timeout().
         torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo",
                                              timeout=dist_timeout())
-        train(cfg, run_dir, ckpt_root, resume, on_cuda)
+        code = train(cfg, run_dir, ckpt_root, resume, on_cuda, stop)
     except BaseException as exc:  # noqa: BLE001 - report, write exit_code, re-exit non-zero
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         code = code or 1
@@ -358,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{STATE['iteration']}:\n{traceback.format_exc().rstrip()}", err=True)
         _write_exit_code(run_dir, code)
     finally:
-        if rank == 0 and code == 0:
-            _write_exit_code(run_dir, 0)
-        if torch.distributed.is_initialized() and code == 0:
+        if rank == 0 and code in (0, STOPPED_EXIT_CODE):
+            _write_exit_code(run_dir, code)
+        if torch.distributed.is_initialized() and code in (0, STOPPED_EXIT_CODE):
             torch.distributed.destroy_process_group()
     return code
 

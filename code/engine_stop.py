@@ -1,0 +1,56 @@
+"""Stop cleanly on a signal: save a checkpoint at the next iteration boundary, on every rank.
+
+Slurm warns a job before it ends it when the job asks (``sbatch --signal=B:USR1@120``: SIGUSR1
+to the batch script 120 s before the time limit, and before a preemption with a grace time);
+labkit's job script forwards it to the training processes. Any rank may be the one that got it,
+so the ranks agree each iteration: a MAX all-reduce of the signal number (0: none), one int,
+over gloo on the CPU (a GPU run gets its own gloo group, so the check never waits for the GPU).
+Then every rank saves the same iteration together and the run exits with ``STOPPED_EXIT_CODE``;
+the next start resumes from that checkpoint like after any other stop. Megatron-LM's
+``--exit-signal-handler`` does the same with SIGTERM and an all-gather.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import torch
+
+STOPPED_EXIT_CODE = 75
+"""The exit code of a run that saved and stopped on a signal (BSD's EX_TEMPFAIL: try again)."""
+SIGNALS = (signal.SIGUSR1,)
+"""What asks for a save and stop (SIGTERM stays a plain stop: torchrun sends it to end ranks)."""
+
+
+class StopOnSignal:
+    """Remembers a stop signal (installed early: before it, SIGUSR1 would end the process) and
+    tells, at an iteration boundary, whether any rank got one (``agreed``)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.group = None
+        for s in SIGNALS:
+            signal.signal(s, self._note)
+
+    def _note(self, signum, frame) -> None:
+        self.received = self.received or signum
+
+    def attach(self, on_cuda: bool) -> None:
+        """After ``init_process_group``, on every rank: the group the flag travels in."""
+        self.group = torch.distributed.new_group(backend="gloo") if on_cuda else None
+
+    def agreed(self) -> int:
+        """The signal any rank received (0: none); every rank must call it at the same point."""
+        flag = torch.tensor([self.received], dtype=torch.int64)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self.group)
+        return int(flag.item())
+
+
+def stop_line(signum: int, iteration: int, train_iters: int, saved: str | None) -> str:
+    """The one log line that says why the run stopped before train_iters."""
+    what = f"saved checkpoint {saved}" if saved else "no checkpoint (LABKIT_SAVE_CHECKPOINTS=0)"
+    return (f"[labkit] stopped on {signal.Signals(signum).name} at iteration {iteration} of "
+            f"{train_iters} (Slurm's warning before a time limit or a preemption, forwarded by "
+            f"the job script): {what}, exit code {STOPPED_EXIT_CODE}; the next start of this "
+            f"run (a requeued job, or a resubmit with --resume) continues from iteration "
+            f"{iteration if saved else 0}")

@@ -7,8 +7,8 @@ and per-rank chatter
 (warnings, data-loader and timer lines) between iterations. Then prints MB/s of both, their
 ratio, and the parser's peak memory (measured in a child process, next to the same child's
 footprint after imports, so the figure is what parsing adds). The parse runs on the path a user
-gets: the Aho-Corasick pass when ahocorasick-rs is installed (labkit/logs/fastscan.py), else the
-grep pre-filter; `--path grep` or `--path python` forces the others.
+gets: the Aho-Corasick pass (labkit/logs/fastscan.py); `--path python` forces the line-by-line
+reference path (LABKIT_NO_FASTSCAN=1).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py            # 1 GB (default)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_parse.py --size-mb 200
@@ -108,14 +108,13 @@ def peak_kb():  # this process's own peak (ru_maxrss would carry the parent's ov
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 CHILD = PEAK + """
-import json, resource, sys, time
+import json, sys, time
 from labkit.logs import fastscan, parse_log
 base = peak_kb()
 t, c = time.perf_counter(), time.process_time()
 p = parse_log(sys.argv[1])
 dt, cpu = time.perf_counter() - t, time.process_time() - c
-ch = resource.getrusage(resource.RUSAGE_CHILDREN)  # the grep pre-filter
-print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
+print(json.dumps({"seconds": dt, "cpu_seconds": cpu,
                   "path": "aho-corasick" if fastscan.available() else sys.argv[2],
                   "iterations": len(p.iterations), "memory_rows": len(p.memory),
                   "channels": len(p.nccl), "failures": len(p.failure_records),
@@ -126,10 +125,8 @@ print(json.dumps({"seconds": dt, "cpu_seconds": cpu + ch.ru_utime + ch.ru_stime,
 
 def time_parse(path: Path, which: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if which in ("grep", "python"):
-        env["LABKIT_NO_FASTSCAN"] = "1"
     if which == "python":
-        env["LABKIT_NO_GREP"] = "1"
+        env["LABKIT_NO_FASTSCAN"] = "1"
     out = subprocess.run([sys.executable, "-c", CHILD, str(path), which], capture_output=True, text=True,
                          env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -181,8 +178,8 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=1000, help="log size in MB (default 1000 = 1 GB)")
     ap.add_argument("--keep", help="write the log here instead of a temporary folder (kept)")
     ap.add_argument("--reuse", action="store_true", help="with --keep: parse the kept log if it exists")
-    ap.add_argument("--path", choices=("default", "grep", "python"), default="default",
-                    help="parse path: default (Aho-Corasick if installed), grep pre-filter, pure Python")
+    ap.add_argument("--path", choices=("default", "python"), default="default",
+                    help="parse path: default (Aho-Corasick), python (line by line)")
     ap.add_argument("--cli", action="store_true", help="also time `labkit parse --json` on the log")
     ap.add_argument("--long-line-mb", type=int, default=0, help="also parse a log with one line this long")
     args = ap.parse_args()
@@ -202,7 +199,7 @@ def main() -> None:
         print(f"grep -c iteration : {g_s:8.2f} s  {size_mb / g_s:8.1f} MB/s  (CPU {g_cpu:.2f} s; "
               f"{g_n:,} lines)")
         print(f"labkit parse_log  : {r['seconds']:8.2f} s  {size_mb / r['seconds']:8.1f} MB/s  "
-              f"(CPU {r['cpu_seconds']:.2f} s incl. child processes; {r['path']} path) "
+              f"(CPU {r['cpu_seconds']:.2f} s; {r['path']} path) "
               f"({r['iterations']:,} iterations, {r['memory_rows']:,} memory rows, "
               f"{r['channels']:,} channels)")
         print(f"ratio parse/grep  : {g_s / r['seconds']:.3f} of grep's speed by wall time, "

@@ -220,8 +220,8 @@ ALL_FIXTURES = sorted(FIX.glob("*.txt")) + sorted((FIX / "real").glob("*.txt"))
 
 
 @pytest.mark.parametrize("fixture", ALL_FIXTURES, ids=[p.name for p in ALL_FIXTURES])
-def test_fast_grep_and_python_paths_agree(fixture, monkeypatch):
-    """The fast path (ahocorasick-rs when installed), grep's and the straightforward one: identical."""
+def test_fast_and_line_by_line_paths_agree(fixture, monkeypatch):
+    """The fast path (fastscan.py), the line-by-line one and lines in memory: identical."""
     from labkit.logs import fastscan
 
     fast = parse_log(fixture).to_dict()
@@ -229,11 +229,9 @@ def test_fast_grep_and_python_paths_agree(fixture, monkeypatch):
     monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 1)
     small = parse_log(fixture).to_dict()
     monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
-    grep = parse_log(fixture).to_dict()
-    monkeypatch.setenv("LABKIT_NO_GREP", "1")
     slow = parse_log(fixture).to_dict()
     lines = parse_lines(fixture.read_bytes().splitlines()).to_dict()
-    assert fast == small == grep == slow == lines
+    assert fast == small == slow == lines
 
 
 def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
@@ -254,7 +252,6 @@ def test_fast_path_agrees_on_a_long_mixed_log(tmp_path, monkeypatch):
     monkeypatch.setattr(parse_mod, "_CHUNK_ROWS", 97)
     fast = parse_log(log).to_dict()
     monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
-    monkeypatch.setenv("LABKIT_NO_GREP", "1")
     assert fast == parse_log(log).to_dict()
     assert len(fast["iterations"]) >= 2999
 
@@ -268,12 +265,12 @@ def test_chunked_iteration_records_give_the_same_frame(monkeypatch):
 
 
 def test_fast_iteration_path_agrees_with_the_general_one():
-    from labkit.logs.megatron import _parse_fast, _parse_general
+    from labkit.logs.megatron import _parse_common, _parse_general
 
     texts = [clean_line(ln).text for f in sorted(FIX.glob("*.txt")) for ln in f.read_text().splitlines()]
     texts += [ENGINE_LINE, ENGINE_LINE.replace(" lm loss: 7.123456E+00 |", ""),
               ENGINE_LINE.replace(" grad norm: 1.234 |", "").replace("[2026-11-22 03:30:01] ", "")]
-    fast = [(t, _parse_fast(t)) for t in texts]
+    fast = [(t, _parse_common(t)) for t in texts]
     assert sum(r is not None for _, r in fast) >= 10
     for t, r in fast:
         if r is not None:

@@ -16,12 +16,11 @@ import pytest
 
 from labkit.logs import fastscan, parse_log, shapes
 from labkit.logs import parse as parse_mod
-from labkit.logs.megatron import _FAST_COLS, _FAST_INT
+from labkit.logs.megatron import COMMON_COLS, COMMON_INT
 from labkit.logs.scan import ITERATION_TRIGGER, SPACES, TRIGGERS
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
 ALL_FIXTURES = sorted(FIX.glob("*.txt")) + sorted((FIX / "real").glob("*.txt"))
-pytestmark = pytest.mark.skipif(not fastscan.available(), reason="ahocorasick-rs is not installed")
 
 
 def _frames(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -31,7 +30,6 @@ def _frames(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pd.DataFrame, 
         fast = parse_log(path).iterations
     with monkeypatch.context() as m:
         m.setenv("LABKIT_NO_FASTSCAN", "1")
-        m.setenv("LABKIT_NO_GREP", "1")
         general = parse_log(path).iterations
     return fast, general
 
@@ -44,7 +42,7 @@ def test_fast_path_frame_is_the_general_paths(fixture, monkeypatch):
 
 
 def _number(rng: random.Random) -> str:
-    """A number as megatron._FAST takes it: up to 20 digits, a fraction, an exponent."""
+    """A number as megatron.COMMON takes it: up to 20 digits, a fraction, an exponent."""
     s = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 20)))
     if rng.random() < 0.7:
         s += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 20)))
@@ -62,11 +60,11 @@ def test_fast_rows_parse_as_python_does():
     col = parse_mod._Collector()
     expect = []
     for i, f in enumerate(floats):
-        fields = {c: str(i) for c in _FAST_INT}
-        fields.update({c: f for c in _FAST_COLS if c not in _FAST_INT and c != "timestamp"})
+        fields = {c: str(i) for c in COMMON_INT}
+        fields.update({c: f for c in COMMON_COLS if c not in COMMON_INT and c != "timestamp"})
         fields["timestamp"] = "2026-11-22 03:30:01.123456789" if i % 2 else ""
         fields["consumed_samples"] = str(rng.randrange(10**15))
-        col.add_fast_rows(",".join(fields[c] for c in _FAST_COLS).encode() + b"\n", 1)
+        col.add_fast_rows(",".join(fields[c] for c in COMMON_COLS).encode() + b"\n", 1)
         expect.append(fields)
     df = col.iterations()
     assert list(df["consumed_samples"]) == [int(e["consumed_samples"]) for e in expect]
@@ -148,7 +146,6 @@ def test_fast_path_agrees_on_near_misses(chunk, tmp_path, monkeypatch):
             fast = parse_log(log)
         with monkeypatch.context() as m:
             m.setenv("LABKIT_NO_FASTSCAN", "1")
-            m.setenv("LABKIT_NO_GREP", "1")
             general = parse_log(log)
         pd.testing.assert_frame_equal(fast.iterations, general.iterations)
         assert fast.to_dict() == general.to_dict()
@@ -237,7 +234,6 @@ def test_long_lines_are_cut_as_the_general_path_cuts_them(case, tmp_path, monkey
     monkeypatch.setattr(fastscan, "CHUNK", 1 << 12)
     small = parse_log(log).to_dict()
     monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
-    monkeypatch.setenv("LABKIT_NO_GREP", "1")
     general = parse_log(log).to_dict()
     assert fast == small == general
     assert len(general["iterations"]) == data.count(b"iteration  ")
@@ -278,3 +274,27 @@ def test_fast_lines_sorts_counter_lines_as_the_regexes_do(seed):
     assert all(data[e:e + 1] in (b"\n", b"") for e in fe)
     assert set(slow) == want_slow
     assert len(want_fast) > 150 and want_slow
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fastscan", "line_by_line"])
+def test_a_huge_line_costs_no_more_than_the_cut(fast, tmp_path, monkeypatch):
+    """Lines of 12 MB with trigger words (an error, a traceback left open) are cut on both paths:
+    the parse holds a few cut lines, never the whole line."""
+    import tracemalloc
+
+    from labkit.logs.lines import MAX_LINE_BYTES as big
+
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        f.write(b"NCCL error " + b"n" * 12 * big + b"\nTraceback (most recent call last):\n")
+        f.write(b"t" * 12 * big + b"\nRuntimeError: x\n")
+    if not fast:
+        monkeypatch.setenv("LABKIT_NO_FASTSCAN", "1")
+    tracemalloc.start()
+    try:
+        parsed = parse_log(log)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * big, peak
+    assert parsed.tools == ["NCCL", "torch"]  # both lines were read (cut)

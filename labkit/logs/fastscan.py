@@ -5,7 +5,7 @@ A big log is mostly iteration lines and chatter. An Aho-Corasick automaton (``ah
 SIMD-prefiltered, one pass) finds every trigger word of scan.py and every start of an iteration
 counter in chunks of ``CHUNK`` bytes read into one reused, page-aligned buffer, so memory stays
 flat in the file size. Lines in the common Megatron format (an optional launcher prefix, then
-what ``megatron._FAST`` matches) are found a shape at a time (shapes.py: lines that differ only
+what ``megatron.COMMON`` matches) are found a shape at a time (shapes.py: lines that differ only
 in their digits share one regex match's field positions) and become CSV rows in the
 collector's column store (pandas' C reader makes the table): no cleaning, no dict per line.
 Every other line is fed exactly as ``scan.feed_lines`` would feed it (the same triggers, the line
@@ -14,8 +14,8 @@ before a hit and the one after, every line while a record is open; a line of
 line number counted lazily, so every path gives the same result (tests/test_logs.py and
 tests/test_logs_speed.py compare them).
 
-Without the ``ahocorasick-rs`` package (or with LABKIT_NO_FASTSCAN=1) this path is off and
-scan.py's grep path runs instead.
+``ahocorasick-rs`` is a dependency (wheels for Linux, macOS and Windows, x86-64 and ARM). With
+LABKIT_NO_FASTSCAN=1 a file is read line by line instead (scan.feed_file: the reference path).
 """
 
 from __future__ import annotations
@@ -26,16 +26,12 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
+import ahocorasick_rs
 import numpy as np
 
 from labkit.logs.lines import CUT_NOTE, MAX_LINE_BYTES, clean_line
 from labkit.logs.scan import SPACES, TRIGGERS, _complete_record, _hit
 from labkit.logs.shapes import RowMaker, csv_text, fast_lines
-
-try:  # optional accelerator (wheels for Linux, macOS and Windows)
-    import ahocorasick_rs
-except ImportError:  # pragma: no cover - depends on the platform
-    ahocorasick_rs = None
 
 CHUNK = 2 << 20  # small enough that its scratch memory is reused, not mapped afresh per chunk
 _db: Any = None
@@ -49,7 +45,8 @@ _N_COUNTER = len(_COUNTER_WORDS)  # pattern ids below this are counter words
 
 
 def available() -> bool:
-    return ahocorasick_rs is not None and not os.environ.get("LABKIT_NO_FASTSCAN")
+    """False where LABKIT_NO_FASTSCAN is set: read files line by line (scan.feed_file)."""
+    return not os.environ.get("LABKIT_NO_FASTSCAN")
 
 
 def _database() -> Any:

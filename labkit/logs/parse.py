@@ -34,9 +34,9 @@ NCCL_COLUMNS = ["channel", "conn", "src", "dst", "direction", "via", "transport"
 _MAX_WRAP = 8  # a wrapped iteration line is joined over at most this many pieces
 _EVERY_LINE_BYTES = 64 << 20  # a log without one trigger word is read line by line up to here
 _CHUNK_ROWS = 20_000  # iteration records are packed into a frame this often
-_FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron._FAST_INT else "float64"
-                for c in megatron._FAST_COLS}
-_FAST_OPTIONAL = [c for c in megatron._FAST_COLS if c == "timestamp" or c not in megatron._FAST_INT]
+_FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron.COMMON_INT else "float64"
+                for c in megatron.COMMON_COLS}
+_FAST_OPTIONAL = [c for c in megatron.COMMON_COLS if c == "timestamp" or c not in megatron.COMMON_INT]
 # pandas >= 3.1 parses every float as Python's float() does (correctly rounded); older ones do
 # with the round-trip converter (tests/test_logs_speed.py checks either way).
 _EXACT_FLOATS: dict[str, str] = ({} if tuple(map(int, pd.__version__.split(".")[:2])) >= (3, 1)
@@ -175,7 +175,7 @@ class _Collector:
             self.iter_rows = []
 
     def add_fast_rows(self, csv: bytes, n: int) -> None:
-        """``n`` iteration lines in the common Megatron format: megatron._FAST's groups as CSV rows
+        """``n`` iteration lines in the common Megatron format: megatron.COMMON's groups as CSV rows
         (``b",".join(match.groups(b""))`` and a newline each, an absent field empty)."""
         self.pack_rows()  # the general path's records stay before these rows
         self.seen.tools.setdefault("Megatron", 0)
@@ -185,10 +185,10 @@ class _Collector:
             self._pack_fast()
 
     def _pack_fast(self) -> None:
-        """The same frame _pack makes of megatron._parse_fast's records, parsed by pandas' C reader."""
+        """The same frame _pack makes of megatron._parse_common's records, parsed by pandas' C reader."""
         blob = b"".join(self.fast_rows)
         self.fast_rows, self.fast_n = [], 0
-        df = pd.read_csv(io.BytesIO(blob), header=None, names=list(megatron._FAST_COLS), engine="c",
+        df = pd.read_csv(io.BytesIO(blob), header=None, names=list(megatron.COMMON_COLS), engine="c",
                          dtype=_FAST_DTYPES, keep_default_na=False, na_values=[""], **_EXACT_FLOATS)
         absent = [c for c in _FAST_OPTIONAL if df[c].isna().all()]  # a record dict leaves them out
         self.iter_chunks.append(_pack_columns(df.drop(columns=absent) if absent else df))

@@ -1,8 +1,9 @@
 """Common-format Megatron iteration lines, recognised a line shape at a time (fastscan.py's
 fast path).
 
-A line in the common format (an optional launcher prefix, then what ``megatron._FAST`` matches)
-becomes one CSV row of its fields (pandas' C reader makes the table). ``BFAST`` has no literal
+A line in the common format (an optional launcher prefix, then what ``megatron.COMMON`` matches:
+the one definition of its fields and units, ``megatron.COMMON_FIELDS``) becomes one CSV row of
+its fields (pandas' C reader makes the table). ``BFAST`` has no literal
 digit and no set holding some digits but not all, so whether a line matches, and where each
 group lies, is the same for every line that differs from it only in which digits it has: such
 lines share one shape, one regex match's field positions, and the rest is slicing, line by line
@@ -17,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from labkit.logs.lines import MAX_LINE_BYTES
-from labkit.logs.megatron import _FAST
+from labkit.logs.megatron import COMMON, COMMON_FLOAT
 from labkit.logs.scan import _hit
 
 _NUM = rb"([0-9]{1,20}(?:\.[0-9]{1,20})?(?:E[+-][0-9]{1,3})?)"  # always a valid float
 _PREFIX = (rb"(?:[ \t]{0,6}[0-9]{1,6}: |\[rank[0-9]{1,6}\]: ?|\[[a-z_]{1,32}[0-9]{1,6}\]: ?"
            rb"|\[[0-9]{1,6},[0-9]{1,6}\]<std(?:out|err)>:)?")
-# megatron._FAST on bytes, ASCII digits, numbers that float() always takes, trailing blanks / CR
-BFAST = re.compile(_PREFIX + _FAST.pattern.encode()
-                   .replace(rb"([0-9][0-9.]{0,30}(?:E[+-]\d{1,3})?)", _NUM)
+# megatron.COMMON on bytes, ASCII digits, numbers that float() always takes, trailing blanks / CR
+BFAST = re.compile(_PREFIX + COMMON.pattern.encode()
+                   .replace(COMMON_FLOAT.encode(), _NUM)
                    .replace(rb"\d", rb"[0-9]") + rb"[ \r]*")
 _DIGIT_BLIND = bytes.maketrans(b"123456789", b"000000000")
 _GROUP_MIN = 8  # fewer counters left than this in a chunk are matched line by line

@@ -116,7 +116,7 @@ def test_parse_reports_each_log_unless_told_they_are_one_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [["plan", "--world-size", "0"], ["new", "x", "--tp", "0"],
-                                  ["plan", "--nodes", "two"], ["nosuch"]])
+                                  ["plan", "--nodes", "two"], ["nosuch"], ["logs", "x", "--tail", "0"]])
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     rc, _, err = run(capsys, *argv)
     assert rc == 2 and err.strip() and "Traceback" not in err
@@ -144,13 +144,13 @@ def test_watch_names_an_unknown_job(run_root, capsys):
 
 @pytest.mark.engine
 def test_watch_diagnoses_a_real_hang_and_cancels_the_job(run_root, capsys, monkeypatch):
-    from labkit import backends
-    from labkit.backends.job import JobState
+    from labkit import jobs
+    from labkit.run import JobState
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = RunConfig(name="hang", nodes=1, gpus_per_node=2,
                     extra={"hang_at": 3, "hang_rank": 1, "pg_timeout": 300})
-    job = backends.submit(cfg, backend="local", program=REPO / "tests" / "programs" / "hang_job.py")
+    job = jobs.submit(cfg, backend="local", program=REPO / "tests" / "programs" / "hang_job.py")
     try:
         # Start watching once the job is past its (load-dependent) start-up: the short hang
         # timeout then measures the hang, never how busy this machine is.
@@ -188,3 +188,30 @@ def test_plan_sweeps_a_config_file_on_another_shape_keeping_its_batch(run_root, 
                                         f"cpu, precision fp32, global batch 8, micro batch 2")
     rows = [ln.split() for ln in out.splitlines()[3:]]
     assert ["1", "2", "4"] in [r[:3] for r in rows]  # the config's own layout, on 8 ranks
+
+
+def test_logs_copies_a_block_at_a_time_and_finds_the_last_lines(tmp_path):
+    """labkit logs: a log of any size costs one block of memory; --tail N starts N lines from the end."""
+    import codecs
+    import tracemalloc
+
+    from labkit.cli import jobs
+
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"first\n" + "é".encode() * (12 << 20) + b"\nsecond\nthird\n")  # 24 MB of text
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with open(tmp_path / "out.txt", "w", encoding="utf-8") as out:
+        tracemalloc.start()
+        try:
+            end = jobs.copy_log(log, 0, out, decoder)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert end == log.stat().st_size and peak < 8 * jobs._BLOCK, peak  # not the 24 MB log, nor its text
+    assert (tmp_path / "out.txt").read_bytes() == log.read_bytes()  # no character split between blocks
+    assert log.read_bytes()[jobs.tail_offset(log, 2):] == b"second\nthird\n"
+    assert jobs.tail_offset(log, 3) == 6 and jobs.tail_offset(log, 4) == 0
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"a\nb\nc")  # no final newline: "c" is the last line
+    assert [jobs.tail_offset(short, n) for n in (1, 2, 3, 9)] == [4, 2, 0, 0]
+    assert jobs.tail_offset(tmp_path / "missing.txt", 5) == 0

@@ -6,14 +6,19 @@ They act only on labkit's own jobs: those with a ``job.json`` record under the r
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 import time
+from pathlib import Path
+from typing import TextIO
 
-from labkit.backends import JobState, job_states, submit
+from labkit.backends.diagnosis import failure_error
 from labkit.classroom import find_job, my_jobs, my_roots
 from labkit.cli.classroom import cmd_cancel_all
 from labkit.cli.common import add_backend, add_cluster, add_json, for_cli_users, say, show_json, site_of, warn
 from labkit.config import RunConfig
+from labkit.jobs import job_states, submit
+from labkit.run.state import JobState
 
 JOB_HELP = "a labkit job: its job id, run name or run directory (see labkit status)"
 
@@ -62,11 +67,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("logs", help="print (or follow) a job's log",
-                       description="Print a labkit job's log.txt; with -f, follow it until the "
+                       description="Print a labkit job's log.txt (a block at a time: a log of "
+                                   "any size takes the same memory); with -f, follow it until the "
                                    "job finishes.")
     p.add_argument("job", metavar="JOB", help=JOB_HELP)
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the job finishes")
+    p.add_argument("-n", "--tail", type=_positive, metavar="N",
+                   help="start at the last N lines instead of the first line")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("cancel", help="cancel one of your labkit jobs, or all of them (--all)",
@@ -88,7 +96,7 @@ def _finished(job, state, as_json: bool) -> int:  # noqa: ANN001 - a Job and its
     if state is JobState.COMPLETED:
         return 0
     if state.finished and not as_json:
-        warn(for_cli_users(str(job.failure_error(state))))
+        warn(for_cli_users(str(failure_error(job, state))))
     elif not state.finished and not as_json:
         warn(f"stopped waiting; job {job.job_id} is still {state} (labkit watch {job.name})")
     return 1
@@ -138,21 +146,62 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return _finished(job, state, False)
 
 
+_BLOCK = 1 << 20  # bytes read and written at a time by labkit logs
+
+
+def _positive(text: str) -> int:
+    if not text.isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines; give a whole number >= 1")
+    return int(text)
+
+
+def tail_offset(path: Path, lines: int) -> int:
+    """Where the last ``lines`` lines of the file begin, found reading back from its end a block at
+    a time (0 for a shorter file or one that cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, 2)
+            f.seek(max(0, pos - 1))
+            need = lines + (f.read(1) == b"\n")  # a final newline ends the last line, starts none
+            while pos > 0:
+                start = max(0, pos - _BLOCK)
+                f.seek(start)
+                block, i = f.read(pos - start), pos - start
+                while (i := block.rfind(b"\n", 0, i)) >= 0:
+                    need -= 1
+                    if need == 0:
+                        return start + i + 1
+                pos = start
+    except OSError:
+        pass
+    return 0
+
+
+def copy_log(path: Path, offset: int, out: TextIO, decoder: codecs.IncrementalDecoder) -> int:
+    """Write the file from ``offset`` on to ``out``, a block at a time (memory stays at one
+    block whatever the file's size); returns the offset reached. ``decoder`` keeps a character
+    split between two blocks (or two calls) whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while block := f.read(_BLOCK):
+                out.write(decoder.decode(block))
+                offset += len(block)
+    except OSError:
+        pass
+    out.flush()
+    return offset
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     job = find_job(args.job, site_of(args))
-    offset = 0
+    offset = tail_offset(job.log_path, args.tail) if args.tail else 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while True:
         finished = job.state().finished  # before reading: the last read then sees every line
-        try:
-            with open(job.log_path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            chunk = b""
-        offset += len(chunk)
-        sys.stdout.write(chunk.decode(errors="replace"))
-        sys.stdout.flush()
+        offset = copy_log(job.log_path, offset, sys.stdout, decoder)
         if not args.follow or finished:
+            sys.stdout.write(decoder.decode(b"", final=True))
             return 0
         time.sleep(1.0)
 

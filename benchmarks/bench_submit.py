@@ -16,8 +16,8 @@ import statistics
 import tempfile
 import time
 
-from labkit.backends import JobState, submit
 from labkit.config import RunConfig
+from labkit.jobs import JobState, submit
 
 FIRST_ITER = re.compile(r"iteration\s+1\s*/")
 

@@ -20,12 +20,14 @@ from typing import Any
 
 from labkit import slurmcli
 from labkit._logging import warn_once
-from labkit.backends import Job, get_job, job_states, list_jobs
-from labkit.backends.job import JOB_FILE, JobState
+from labkit.backends.job import Job
 from labkit.backends.ownership import verify_owned
 from labkit.backends.slurm import SLURM_STATES, job_name
 from labkit.errors import ConfigError, LabkitError
+from labkit.jobs import get_job, job_states, list_jobs
 from labkit.paths import run_root
+from labkit.run.record import JOB_FILE
+from labkit.run.state import JobState
 from labkit.site import ClusterProfile, as_profile, current_user
 from labkit.slurmcli import SlurmError
 from labkit.validate import loads_json, read_input

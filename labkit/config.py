@@ -24,7 +24,7 @@ from typing import Any
 from labkit.errors import ConfigError
 from labkit.presets import PRESETS, PROFILES
 from labkit.rules import check
-from labkit.site import resolve_cluster
+from labkit.site import as_profile
 from labkit.validate import loads_json, read_input
 
 __all__ = ["FIELD_NAMES", "MEGATRON_FLAGS", "PRESETS", "PROFILES", "RunConfig"]
@@ -237,16 +237,17 @@ class RunConfig:
         """A run for a notebook profile: ``cpu`` (tiny GPT, gloo) or ``gpu`` (GPT-2, NCCL, bf16).
 
         A run on GPUs takes the site's ``gpu_memory_gb`` and ``gpus_per_node`` from ``cluster``
-        (a ClusterProfile, a YAML path or a name; None: ``labkit.site.resolve_cluster``'s
-        default) where the site sets them; the profile's values (80 GB, 8 GPUs per node) are
-        the defaults, and ``overrides`` win over both.
+        (a ClusterProfile, a YAML path or a name, as the entry point resolved it:
+        ``labkit.site.resolve_cluster``; None: no site) where the site sets them; the profile's
+        values (80 GB, 8 GPUs per node) are the defaults, and ``overrides`` win over both.
         """
         if profile not in PROFILES:
             raise ConfigError(f"unknown profile {profile!r}; profiles are: {', '.join(PROFILES)}")
         base = dict(PROFILES[profile])
         preset = base.pop("preset")
         if overrides.get("device", base.get("device")) == "cuda":
-            base.update(resolve_cluster(cluster).gpu_defaults())
+            site = as_profile(cluster)
+            base.update(site.gpu_defaults() if site is not None else {})
         return cls.from_preset(preset, **{**base, **overrides})
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from labkit import backends
+from labkit import jobs
 from labkit._logging import log
-from labkit.backends.job import JOB_FILE, Job
+from labkit.backends.diagnosis import failure_error
+from labkit.backends.job import Job
 from labkit.backends.ownership import NotOwnedError, verify_owned
 from labkit.config import RunConfig, require_config
 from labkit.errors import LabkitError, SubmissionError
@@ -30,6 +31,7 @@ from labkit.logs import parse_log
 from labkit.measured.comm import read_busbw, submit_bench
 from labkit.measured.metrics import add_throughput, mfu
 from labkit.paths import REPO_ROOT, run_root
+from labkit.run.record import JOB_FILE
 from labkit.site import resolve_cluster
 
 PACKAGES = ("labkit", "torch", "megatron-core", "pandas", "matplotlib", "tensorboard",
@@ -113,7 +115,7 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
             log.info(f"reusing the finished run {d} (same config); pass reuse=False to train "
                      f"again")
             return old
-    job = backends.submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
+    job = jobs.submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
         job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout,
                  cancel_on_interrupt=cancel_on_interrupt)
@@ -141,7 +143,7 @@ def wait_for_iteration(job: Any, iteration: int, *, timeout: float = 600.0,
             return last
         st = job.state()
         if st.finished:
-            raise job.failure_error(st) if str(st) != "COMPLETED" else LabkitError(
+            raise failure_error(job, st) if str(st) != "COMPLETED" else LabkitError(
                 f"job {job.job_id} completed at iteration {last} before reaching {iteration}; "
                 f"raise train_iters")
         if timeout is not None and time.monotonic() - t0 > timeout:

@@ -4,12 +4,12 @@
 ``render_hostfile`` (DeepSpeed style), and for the hostfile backend ``render_site_hostfile`` and
 ``render_hostfile_launch`` (pdsh or the DeepSpeed launcher) take values and return text: same
 input, byte-identical output, nothing read from the environment. The script functions take what
-the backends take (``labkit.backends.spec``): a JobSpec (or a RunConfig, whose JobSpec is used), the cluster
-profile, the run directory, and the program with its arguments. The scripts' shape lives in
-``code/templates/``; this module only fills in the blanks. Every value that reaches the shell
-goes through ``shlex.quote`` (paths may hold spaces, quotes, ``$(...)`` or ``;``), and the
-per-node values (``$SLURM_NODEID``) are read from exported variables, never spliced into a
-quoted string.
+the backends take: a JobSpec (``labkit.run.JobSpec``; a RunConfig becomes one where it enters,
+``JobSpec.from_config``), the cluster profile, the run directory, and the program with its
+arguments. The scripts' shape lives in ``code/templates/``; this module fills in the blanks.
+Every value that reaches the shell goes through ``shlex.quote`` (paths may hold spaces, quotes,
+``$(...)`` or ``;``), and the per-node values (``$SLURM_NODEID``) are read from exported
+variables, never spliced into a quoted string.
 
 The training script's arguments, one rule for every backend: the job script passes a run to
 ``pretrain_gpt.py`` as Megatron-LM flags only, the flags the Megatron-LM and DLI lab scripts
@@ -38,12 +38,11 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit.backends.spec import JobSpec, as_spec
-from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.hosts import Host, cluster_hosts
 from labkit.megatron_args import DATA_DIR_REF
 from labkit.paths import CODE_DIR, DATA_DIR, default_torchrun
+from labkit.run.spec import JobSpec
 from labkit.site import ClusterProfile, slurm_job_name
 
 TEMPLATE_DIR = CODE_DIR / "templates"
@@ -61,6 +60,15 @@ def fill(template: str, values: dict[str, str]) -> str:
 
 def _template(name: str) -> str:
     return (TEMPLATE_DIR / name).read_text()
+
+
+def _spec(spec: JobSpec) -> JobSpec:
+    """The JobSpec a script is rendered from; a RunConfig is refused with the fix."""
+    if not isinstance(spec, JobSpec):
+        raise ConfigError(f"job scripts are rendered from a JobSpec, not {type(spec).__name__} "
+                          f"({spec!r:.60}); for a RunConfig pass JobSpec.from_config(cfg) "
+                          f"(labkit.run.JobSpec)")
+    return spec
 
 
 def _q(value: str | Path) -> str:
@@ -157,9 +165,9 @@ def default_program(cluster: ClusterProfile | None = None) -> str:
     return str(Path(base) / "pretrain_gpt.py")
 
 
-def sbatch_options(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path) -> list[str]:
+def sbatch_options(spec: JobSpec, cluster: ClusterProfile, run_dir: Path) -> list[str]:
     """The ``--option=value`` list of the job (also given to sbatch on its command line)."""
-    spec = as_spec(spec)
+    spec = _spec(spec)
     cpus = cluster.cpus_per_task or spec.gpus_per_node
     opts = [f"--job-name={slurm_job_name(spec.name)}", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}"]
@@ -209,7 +217,7 @@ def _env_lines(spec: JobSpec, env: dict[str, str]) -> list[str]:
     return [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
 
 
-def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path, *,
+def render_sbatch(spec: JobSpec, cluster: ClusterProfile, run_dir: Path, *,
                   program: str | Path | None = None,
                   program_args: Sequence[str] | None = None) -> str:
     """The sbatch script of a run.
@@ -222,7 +230,7 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
         program_args: its arguments; default: the run's Megatron-LM flags for
             ``pretrain_gpt.py``, else ``--config "$RUN_DIR/config.json"`` (module docstring).
     """
-    spec, run_dir = as_spec(spec), Path(run_dir)
+    spec, run_dir = _spec(spec), Path(run_dir)
     title, summary = _header(spec, "sbatch script")
     srun_extra, wrapper, container_setup = _container(spec, cluster)
     setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)
@@ -253,12 +261,12 @@ def render_sbatch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: P
     return fill(_template("sbatch.sh.tmpl"), values)
 
 
-def render_local(spec: JobSpec | RunConfig, run_dir: Path, *, program: str | Path | None = None,
+def render_local(spec: JobSpec, run_dir: Path, *, program: str | Path | None = None,
                  program_args: Sequence[str] | None = None, torchrun: str | None = None,
                  env: dict[str, str] | None = None) -> str:
     """The local backend's launch script: one torchrun agent per simulated node (the other
     arguments as in ``render_sbatch``)."""
-    spec = as_spec(spec)
+    spec = _spec(spec)
     title, summary = _header(spec, "local launch script")
     program, block, words = _arguments(spec, program, program_args)
     values = {
@@ -291,10 +299,10 @@ def render_site_hostfile(hosts: Sequence[Host]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def job_hosts(spec: JobSpec | RunConfig, cluster: ClusterProfile) -> list[Host]:
+def job_hosts(spec: JobSpec, cluster: ClusterProfile) -> list[Host]:
     """The hosts a job runs on: the profile's first ``nodes`` hosts, each with ``gpus_per_node``
     slots or more. ConfigError naming the hosts, slots and the fix when the job does not fit."""
-    spec = as_spec(spec)
+    spec = _spec(spec)
     hosts = cluster_hosts(cluster)
     if not hosts:
         raise ConfigError(f"cluster profile {cluster.name!r} lists no hosts: the hostfile backend "
@@ -319,13 +327,13 @@ def job_hosts(spec: JobSpec | RunConfig, cluster: ClusterProfile) -> list[Host]:
     return used
 
 
-def render_hostfile_launch(spec: JobSpec | RunConfig, cluster: ClusterProfile, run_dir: Path, *,
+def render_hostfile_launch(spec: JobSpec, cluster: ClusterProfile, run_dir: Path, *,
                            program: str | Path | None = None,
                            program_args: Sequence[str] | None = None) -> str:
     """The hostfile backend's ``job.sh`` for the profile's ``launcher``: ``pdsh`` (pdsh -R ssh
     runs one torchrun agent per host) or ``deepspeed`` (the DeepSpeed launcher with the
     rendered ``hostfile`` beside it). Arguments as in ``render_sbatch``."""
-    spec, run_dir = as_spec(spec), Path(run_dir)
+    spec, run_dir = _spec(spec), Path(run_dir)
     hosts = job_hosts(spec, cluster)
     title, summary = _header(spec, f"{cluster.launcher} launch script")
     setup = [f"module load {_q(m)}" for m in cluster.modules] + list(cluster.setup)

@@ -4,7 +4,7 @@
 A run never takes over another run's directory silently: an existing directory with anything
 in it is refused unless ``overwrite=True`` (which moves the old one aside, never deletes it) or
 ``resume=True`` (which keeps checkpoints so the engine continues from them). A directory whose
-job is still PENDING or RUNNING is never moved aside (``labkit.backends.ownership``).
+job is still PENDING or RUNNING is never moved aside (``labkit.jobs.guard_not_live``).
 
 A submission either happens or leaves everything as it was: ``claim_run_dir`` returns a
 ``Claim`` whose ``rollback()`` puts back what it changed (the directory it made is removed,
@@ -14,20 +14,16 @@ the run it moved aside is moved back, the small files it replaced get their old 
 from __future__ import annotations
 
 import errno
-import json
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from labkit.config import FIELD_NAMES, RunConfig
 from labkit.errors import ConfigError, SubmissionError
 from labkit.paths import run_dir as _run_dir
-
-if TYPE_CHECKING:
-    from labkit.backends.spec import JobSpec
+from labkit.run.record import point_record_at
+from labkit.run.spec import JobSpec
 
 # The files a (re)submission writes into an existing directory; a rollback restores them.
 SUBMISSION_FILES = ("config.json", "job.sh", "plan.json", "job.json", "exit_code", "cancelled")
@@ -52,7 +48,7 @@ class Claim:
                 shutil.rmtree(self.dir, ignore_errors=True)
                 if self.aside is not None and self.aside.exists() and not self.dir.exists():
                     self.aside.rename(self.dir)
-                    _point_record_at(self.dir)
+                    point_record_at(self.dir)
                 return
             for name, old in self.saved.items():
                 f = self.dir / name
@@ -71,7 +67,7 @@ def claim_run_dir(cfg: RunConfig | JobSpec, *, root: str | Path | None = None,
     Raises SubmissionError if the directory already holds a run and neither ``overwrite`` nor
     ``resume`` is given, or if it cannot be written (the message names the path and errno).
     The caller checks first that no live job holds the directory
-    (``labkit.backends.ownership.guard_not_live``).
+    (``labkit.jobs.guard_not_live``).
     """
     d = _run_dir(cfg.name, root)
     try:
@@ -123,12 +119,12 @@ def _claim(d: Path, cfg: RunConfig | JobSpec, *, overwrite: bool, resume: bool) 
         while aside.exists():
             aside, n = aside.with_name(f"{d.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
         d.rename(aside)
-        _point_record_at(aside)
+        point_record_at(aside)
         try:
             d.mkdir()
         except OSError:
             aside.rename(d)
-            _point_record_at(d)
+            point_record_at(d)
             raise
         return Claim(d, aside=aside)
     if resume:
@@ -174,23 +170,6 @@ def _save(d: Path) -> dict[str, bytes | None]:
         except OSError:
             out[name] = None
     return out
-
-
-def _point_record_at(d: Path) -> None:
-    """A moved run's ``job.json`` names its own directory (its log, its exit code)."""
-    f = d / "job.json"
-    try:
-        rec = json.loads(f.read_text())
-        if isinstance(rec, dict) and rec.get("run_dir") != str(d):
-            rec["run_dir"] = str(d)
-            tmp = f.with_name(f".{f.name}.tmp")
-            try:  # all or nothing: a full disk never leaves half a record
-                tmp.write_text(json.dumps(rec, indent=2) + "\n")
-                os.replace(tmp, f)
-            finally:
-                tmp.unlink(missing_ok=True)
-    except (OSError, ValueError):
-        pass  # no record, or not ours to repair: Job.load reads the directory it is in anyway
 
 
 def _only_this_config(d: Path, cfg: RunConfig | JobSpec) -> bool:

@@ -10,6 +10,7 @@ may hold no newline or other control character.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -65,6 +66,47 @@ def script_text_problems(layout: Any, megatron_flags: Any) -> list[str]:
     return out
 
 
+class NotAFileError(OSError):
+    """What ``read_small_file`` found is not a regular file, or is larger than its limit."""
+
+
+def read_small_file(path: str | Path, limit: int = MAX_INPUT_BYTES, *,
+                    follow: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes: the one door for a file that
+    someone else may have written (a job record, a run's log or metrics, a config).
+
+    The file is opened without blocking (a FIFO never hangs the reader), checked on the open
+    descriptor to be a regular file (not a FIFO, a device such as /dev/zero, a directory), and
+    read to ``limit + 1`` bytes at most, whatever its size said. ``follow=False`` also refuses
+    a symbolic link as the last part of the path (``O_NOFOLLOW``). Raises OSError
+    (NotAFileError for a file of the wrong kind or size, naming it).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:
+            raise NotAFileError(errno.ELOOP, "a symbolic link, not a file", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise NotAFileError(errno.EINVAL, kind, str(path))
+        chunks, n = [], 0
+        while n <= limit:
+            b = os.read(fd, min(1 << 20, limit + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+    finally:
+        os.close(fd)
+    if n > limit:
+        raise NotAFileError(errno.EFBIG, f"more than {limit:,} bytes", str(path))
+    return b"".join(chunks)
+
+
 def read_input(path: str | Path, what: str) -> str:
     """The UTF-8 text of a small regular file (a config or a site profile)."""
     p = Path(path)
@@ -72,17 +114,12 @@ def read_input(path: str | Path, what: str) -> str:
         raise ConfigError(f"{what} path {str(p)[:60]!r}... is {len(str(p)):,} characters long; "
                           f"pass the path of a file")
     try:
-        st = p.stat()
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {p}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise ConfigError(f"{what} {p} is {kind}; pass the path of a file")
-    if st.st_size > MAX_INPUT_BYTES:
-        raise ConfigError(f"{what} {p} is {st.st_size:,} bytes; a {what} is a few kB "
-                          f"(limit {MAX_INPUT_BYTES:,}): is it the right file?")
-    try:
-        raw = p.read_bytes()
+        raw = read_small_file(p)
+    except NotAFileError as e:
+        if e.errno == errno.EFBIG:
+            raise ConfigError(f"{what} {p} is {e.strerror}; a {what} is a few kB (limit "
+                              f"{MAX_INPUT_BYTES:,}): is it the right file?") from None
+        raise ConfigError(f"{what} {p} is {e.strerror}; pass the path of a file") from None
     except OSError as e:
         raise ConfigError(f"cannot read {what} {p}: {e.strerror}") from None
     return decode(raw, f"{what} {p}")

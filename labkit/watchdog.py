@@ -36,8 +36,8 @@ from typing import Any
 
 from labkit._logging import log
 from labkit.errors import JobFailedError
-from labkit.jobstate import JobLike, JobState
 from labkit.logs import Failure, clean_line, last_progress
+from labkit.run.state import JobLike, JobState
 
 HANG_HINT = (
     "usual causes: (1) the network interface or a firewall: peers cannot connect, so set "

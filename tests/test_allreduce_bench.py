@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from labkit.backends.job import JobState
 from labkit.measured import comm
+from labkit.run import JobState
 
 matplotlib.use("Agg")
 REPO = Path(__file__).resolve().parents[1]

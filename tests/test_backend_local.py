@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.backends import Job, JobState, get_job, list_jobs, submit
 from labkit.backends import local as local_backend
 from labkit.config import RunConfig
 from labkit.errors import JobFailedError, LabkitError, SubmissionError
+from labkit.jobs import Job, JobState, get_job, list_jobs, submit
 
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import backends
+from labkit import jobs
 from labkit.config import RunConfig
 from labkit.logs import parse_log
 from labkit.measured import comm
@@ -51,7 +51,7 @@ def test_submit_bench_passes_nccl_debug_on_gpus_only(device, nccl, run_root, mon
                                       program_args=kw["program_args"])
         return None
 
-    monkeypatch.setattr(backends, "submit", capture)
+    monkeypatch.setattr(jobs, "submit", capture)
     comm.submit_bench("bw", nodes=2, gpus_per_node=2, backend="local", device=device)
     script = seen["script"]
     assert ("export NCCL_DEBUG=INFO" in script) is nccl

@@ -19,8 +19,8 @@ import engine_runs
 import pytest
 from conftest import skip_or_fail
 
-from labkit.backends import submit
 from labkit.config import RunConfig
+from labkit.jobs import submit
 from labkit.logs import parse_log
 from labkit.presets import PRESETS
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from labkit import classroom
-from labkit.backends import JobSpec, JobState, submit
 from labkit.cli import main
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, SubmissionError
+from labkit.jobs import JobSpec, JobState, submit
 from labkit.site import ClusterProfile, current_user, load_cluster
 
 PROGRAM = Path(__file__).parent / "programs" / "ckpt_job.py"

@@ -3,7 +3,7 @@
 Each notebook's solved code runs in this process with papermill's parameters as a class on a
 GPU site would give them (``profile="gpu"``, ``backend="slurm"``, ``cluster=`` the site YAML in
 ``tests/fixtures/sites/``, 8 GPUs per node). Nothing reaches Slurm and nothing trains: the one
-door every notebook submits through, ``labkit.backends.submit``, is replaced by a dry submit that
+door every notebook submits through, ``labkit.jobs.submit``, is replaced by a dry submit that
 does what can be done without a job (the run directory the real submit would use, the sbatch
 script rendered by labkit's own renderer and parsed by ``bash -n``, the plan) and returns a job
 whose outputs do not exist. A cell that reads a job's outputs stops there, and so do the later
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
+from labkit.run import JobSpec
 from labkit.site import current_user, load_cluster, resolve_cluster, slurm_job_name
 
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
@@ -102,9 +102,9 @@ def _exercise_names(source: str) -> list[str]:
 
 def dry_run(stem: str, monkeypatch, **params: Any) -> DryRun:
     """Run the solved notebook ``stem`` with ``params`` injected after its parameters cell."""
-    import labkit.backends
     import labkit.backends.local
     import labkit.backends.slurm
+    import labkit.jobs
     from labkit.lab import run_dir_of
     from labkit.paths import run_dir as paths_run_dir
     from labkit.planner import plan
@@ -123,7 +123,8 @@ def dry_run(stem: str, monkeypatch, **params: Any) -> DryRun:
             assert run_dir_of(cfg, cluster=cluster) == d, "render and submit disagree on the dir"
         args = None if program_args is None else [str(a).replace("{run_dir}", str(d))
                                                    for a in program_args]
-        script = render_sbatch(cfg, site, d, program=program, program_args=args)
+        spec = JobSpec.from_config(cfg) if is_run else cfg
+        script = render_sbatch(spec, site, d, program=program, program_args=args)
         p = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
         assert p.returncode == 0, f"{cfg.name}: bash -n: {p.stderr}"
         run.submitted.append(Submitted(cfg, d, script, plan(cfg) if is_run else None))
@@ -135,7 +136,7 @@ def dry_run(stem: str, monkeypatch, **params: Any) -> DryRun:
     def no_local(*a, **kw):
         raise AssertionError("the dry run submitted to the local backend")
 
-    monkeypatch.setattr(labkit.backends, "submit", dry_submit)
+    monkeypatch.setattr(labkit.jobs, "submit", dry_submit)
     monkeypatch.setattr(labkit.slurmcli, "run", no_slurm)
     monkeypatch.setattr(labkit.backends.local, "submit", no_local)
     monkeypatch.setenv("LABKIT_EXERCISES_STRICT", "1")  # a wrong answer raises

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.hosts import cluster_hosts, parse_hostfile
 from labkit.render import job_hosts, render_hostfile_launch, render_site_hostfile
+from labkit.run import JobSpec
 from labkit.site import ClusterProfile
 
 HOSTS = ({"name": "node1", "address": "10.0.0.11", "slots": 2},

@@ -16,8 +16,8 @@ import pytest
 from conftest import skip_or_fail
 
 from labkit import minicluster
-from labkit.backends import JobState, submit
 from labkit.config import RunConfig
+from labkit.jobs import JobState, submit
 from labkit.site import load_cluster
 
 pytestmark = pytest.mark.slurm
@@ -144,6 +144,7 @@ def test_a_lost_host_fails_the_job_with_a_hint_naming_it(hostfile_site, run_root
     crash, an OOM kill of the agent or a reboot). The job ends FAILED, the host is named in
     ``lost_hosts`` and in the failure's hint, and nothing of the job is left on node1."""
     from labkit.backends import hostfile
+    from labkit.backends.diagnosis import failure_error
 
     job = submit(_cfg("hf_lost", train_iters=10_000), cluster=hostfile_site)
     token = job.info["token"]
@@ -161,7 +162,7 @@ def test_a_lost_host_fails_the_job_with_a_hint_naming_it(hostfile_site, run_root
         st = job.wait(timeout=300, progress=False)
         assert st is JobState.FAILED, (st, job.tail(40))
         assert hostfile.lost_hosts(job) == ["node2"], job.tail(40)
-        message = str(job.failure_error(st))
+        message = str(failure_error(job, st))
         assert "lost host node2" in message and "ssh node2 uptime" in message, message
         assert job.exit_code() not in (None, 0)
         end = time.time() + 60  # node1's ranks end once their peers on node2 are gone

@@ -26,6 +26,7 @@ from labkit.cli import main as cli
 from labkit.config import FIELD_NAMES, RunConfig
 from labkit.errors import ConfigError, LabkitError
 from labkit.render import render_local, render_sbatch, sbatch_options
+from labkit.run import JobSpec
 from labkit.site import FIELD_NAMES as SITE_FIELDS
 from labkit.site import ClusterProfile, load_cluster
 
@@ -199,8 +200,8 @@ def test_sbatch_script_with_hostile_fields_runs_only_what_it_should(tmp_path, ho
                           torchrun=str(tmp_path / HOSTILE / "torchrun"), code_dir=HOSTILE,
                           run_root=str(hostile_dir.parent), container=container,
                           sbatch_extra=(f"--comment={HOSTILE}",))
-    cfg = RunConfig(name="hostile.run-1", nodes=2, gpus_per_node=2)
-    script = render_sbatch(cfg, site, hostile_dir, program=tmp_path / HOSTILE / "prog.py",
+    spec = JobSpec.from_config(RunConfig(name="hostile.run-1", nodes=2, gpus_per_node=2))
+    script = render_sbatch(spec, site, hostile_dir, program=tmp_path / HOSTILE / "prog.py",
                            program_args=PROGRAM_ARGS)
     calls = _sandbox(tmp_path, script, ["module", "scontrol", "head", "srun"],
                      {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node1"})
@@ -214,13 +215,13 @@ def test_sbatch_script_with_hostile_fields_runs_only_what_it_should(tmp_path, ho
         assert f"--container-image={WORD}" in srun
     assert (hostile_dir / "exit_code").read_text().strip() == "0"
     directives = [ln for ln in script.splitlines() if ln.startswith("#SBATCH")]
-    assert len(directives) == len(sbatch_options(cfg, site, hostile_dir))  # one line each
+    assert len(directives) == len(sbatch_options(spec, site, hostile_dir))  # one line each
 
 
 def test_local_script_with_hostile_fields_runs_only_what_it_should(tmp_path, hostile_dir):
-    cfg = RunConfig(name="hostile.run-2", nodes=2, gpus_per_node=1)
+    spec = JobSpec.from_config(RunConfig(name="hostile.run-2", nodes=2, gpus_per_node=1))
     torchrun = str(tmp_path / "stub-bin" / "torchrun")
-    script = render_local(cfg, hostile_dir, program=tmp_path / HOSTILE / "prog.py",
+    script = render_local(spec, hostile_dir, program=tmp_path / HOSTILE / "prog.py",
                           program_args=PROGRAM_ARGS, torchrun=torchrun,
                           env={"X": HOSTILE})
     calls = _sandbox(tmp_path, script, ["seq", "torchrun"], {})

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.backends.spec import JobSpec
 from labkit.errors import ConfigError, LabkitError
+from labkit.run import JobSpec
 
 PWN = "TP=1\ntouch /tmp/PWNED"
 
@@ -197,8 +197,8 @@ PROGRAM = Path(__file__).parent / "programs" / "ckpt_job.py"
 
 
 def _job(name: str, sleep: float = 0.0):
-    from labkit.backends import JobSpec as Spec
-    from labkit.backends import submit
+    from labkit.jobs import JobSpec as Spec
+    from labkit.jobs import submit
 
     return submit(Spec(name), program=PROGRAM,
                   program_args=["--run-dir", "{run_dir}", "--bytes", "1000", "--sleep", str(sleep)])
@@ -207,8 +207,8 @@ def _job(name: str, sleep: float = 0.0):
 @pytest.mark.parametrize("kind", ["symlink", "file"])
 def test_clean_leaves_a_checkpoints_link_or_file_alone(run_root, tmp_path, monkeypatch, capsys,
                                                        kind):
-    from labkit.backends import JobState
     from labkit.cli import main
+    from labkit.jobs import JobState
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("LABKIT_CLUSTER", raising=False)
@@ -297,7 +297,7 @@ def test_regress_out_that_is_a_file(run_root, tmp_path):
 
 def test_regress_checks_names_first_and_never_moves_a_live_run_aside(run_root, monkeypatch):
     from labkit import regress
-    from labkit.backends import JobState
+    from labkit.jobs import JobState
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("LABKIT_CLUSTER", raising=False)

@@ -93,6 +93,60 @@ def test_no_import_cycle_among_labkit_modules():
     assert cyc is None, "import cycle: " + " -> ".join(cyc)
 
 
+def _reach(name: str, graph: dict[str, set[str]]) -> set[str]:
+    """Every labkit module ``name`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for m in graph.get(todo.pop(), set()) - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+GRAPH = {name: _imports(path, name) for name, path in MODULES.items()}
+# The run's own layer (labkit.run) sits below the renderer and the backends; the submission is
+# put together above them (labkit.jobs), and everything that starts or reads runs sits above.
+RUN_LAYER = {m for m in MODULES if m == "labkit.run" or m.startswith("labkit.run.")}
+ABOVE_THE_RUN = ({"labkit.render", "labkit.backends", "labkit.jobs", "labkit.rundir",
+                  "labkit.planner", "labkit.watchdog", "labkit.lab", "labkit.classroom",
+                  "labkit.regress", "labkit.logs", "labkit.measured", "labkit.cli",
+                  "labkit.doctor"})
+
+
+def _under(m: str, tops: set[str]) -> bool:
+    return any(m == t or m.startswith(t + ".") for t in tops)
+
+
+def test_the_layer_check_sees_an_arrow_up():
+    graph = {"labkit.run.spec": {"labkit.config"}, "labkit.config": {"labkit.render"},
+             "labkit.render": set()}
+    assert _reach("labkit.run.spec", graph) == {"labkit.config", "labkit.render"}
+    assert _under("labkit.backends.local", {"labkit.backends"})
+    assert not _under("labkit.backendsx", {"labkit.backends"})
+
+
+def test_the_run_layer_imports_nothing_above_it():
+    assert RUN_LAYER >= {"labkit.run", "labkit.run.spec", "labkit.run.state", "labkit.run.record"}
+    offenders = {m: sorted(d for d in _reach(m, GRAPH) if _under(d, ABOVE_THE_RUN))
+                 for m in sorted(RUN_LAYER)}
+    offenders = {m: d for m, d in offenders.items() if d}
+    assert not offenders, f"labkit.run imports what sits above it: {offenders}"
+
+
+def test_render_and_the_backends_never_import_the_submission_above_them():
+    """labkit.jobs puts a submission together (run directory, config.json, plan.json, record)
+    and hands it to a backend: the renderer and the backends import downward only."""
+    below = sorted(m for m in MODULES if _under(m, {"labkit.render", "labkit.backends"}))
+    assert "labkit.backends.local" in below and "labkit.render" in below
+    up = {"labkit.jobs", "labkit.rundir", "labkit.planner", "labkit.lab", "labkit.cli",
+          "labkit.classroom", "labkit.regress"}
+    offenders = {m: sorted(d for d in _reach(m, GRAPH) if _under(d, up)) for m in below}
+    offenders = {m: d for m, d in offenders.items() if d}
+    assert not offenders, f"render/backends import upward: {offenders}"
+    assert "labkit.run.spec" in GRAPH["labkit.render"], "render takes the run layer's JobSpec"
+
+
 # Imported inside a function only: these take long to import (or pull in what does), and the
 # command line starts without them.
 HEAVY = {"torch", "pandas", "numpy", "matplotlib", "tensorboard", "ipywidgets", "IPython",
@@ -230,9 +284,6 @@ def test_only_the_slurm_client_runs_slurm_commands():
 # mini-cluster's profile file, minicluster.py writes it.
 SITE_EDGE = {"labkit.site", "labkit.paths", "labkit.minicluster", "labkit.lab", "labkit.regress",
              "labkit.doctor.preflight"}
-# RunConfig.for_profile(cluster=None) still reads the default site: the notebooks pass their
-# raw `cluster` parameter to it.
-SITE_READERS_BELOW_THE_EDGE = {"labkit.config"}
 SITE_RULE = {"resolve_cluster", "named_cluster", "CLUSTER_ENV", "MINICLUSTER_SITE", "is_up"}
 
 
@@ -262,7 +313,7 @@ def test_the_site_scan_finds_the_resolver():
 
 def test_only_the_entry_points_resolve_the_site():
     offenders = [f"{MODULES[m].relative_to(REPO)}:{use}" for m in sorted(MODULES)
-                 if m not in SITE_EDGE | SITE_READERS_BELOW_THE_EDGE and not m.startswith("labkit.cli")
+                 if m not in SITE_EDGE and not m.startswith("labkit.cli")
                  for use in _site_rule_uses(MODULES[m].read_text())]
     assert not offenders, ("below the entry points, take the site as given (labkit.site."
                            "as_profile), never $LABKIT_CLUSTER or the mini-cluster:\n"

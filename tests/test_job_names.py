@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from labkit import classroom, slurmcli
-from labkit.backends import JobState, get_job, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.config import RunConfig
 from labkit.errors import LabkitError
+from labkit.jobs import JobState, get_job, submit
 from labkit.site import ClusterProfile, current_user, slurm_job_name
 
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"

@@ -18,12 +18,12 @@ import pytest
 from conftest import skip_or_fail
 
 from labkit import slurmcli
-from labkit.backends import Job, JobState, get_job, list_jobs, submit
 from labkit.backends import local as local_backend
 from labkit.backends.ownership import NotOwnedError
 from labkit.cli import main as cli
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
+from labkit.jobs import Job, JobState, get_job, list_jobs, submit
 from labkit.rundir import claim_run_dir
 from labkit.site import ClusterProfile
 

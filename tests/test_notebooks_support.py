@@ -36,7 +36,7 @@ def test_layout_builder_widget_builds_headless_and_updates():
 
 
 def test_job_snapshot_of_a_recorded_job(tmp_path):
-    from labkit.backends import Job
+    from labkit.jobs import Job
 
     d = tmp_path / "r"
     d.mkdir()

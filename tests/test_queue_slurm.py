@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from labkit import slurmcli
-from labkit.backends import JobState, submit
 from labkit.config import RunConfig
+from labkit.jobs import JobState, submit
 from labkit.widgets import job_snapshot
 
 pytestmark = pytest.mark.slurm

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.backends.spec import JobSpec
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.render import render_hostfile, render_local, render_sbatch, sbatch_options
+from labkit.run import JobSpec
 from labkit.site import ClusterProfile, load_cluster
 
 RUN_DIR = Path("/shared/labkit/runs/demo")
@@ -26,6 +26,7 @@ CFG_CPU = RunConfig(name="tp2pp2", nodes=2, gpus_per_node=2, tensor_model_parall
                     pipeline_model_parallel_size=2)
 CFG_GPU = RunConfig.for_profile("gpu", name="gpt2_tp2", tensor_model_parallel_size=2,
                                 nccl_debug=True)
+SPEC_CPU, SPEC_GPU = JobSpec.from_config(CFG_CPU), JobSpec.from_config(CFG_GPU)
 @pytest.fixture(autouse=True)
 def _student(monkeypatch):
     """Job names carry the Unix user (labkit-<user>-<run>): the goldens are rendered as one
@@ -40,15 +41,15 @@ MINI = load_cluster("local-minicluster").replace(torchrun="/opt/venv/bin/torchru
 
 def _cases() -> dict[str, str]:
     return {
-        "sbatch_minicluster_tp2pp2.sh": render_sbatch(CFG_CPU, MINI, RUN_DIR),
-        "sbatch_generic_gres_gpu.sh": render_sbatch(CFG_GPU, load_cluster("generic-gres"),
+        "sbatch_minicluster_tp2pp2.sh": render_sbatch(SPEC_CPU, MINI, RUN_DIR),
+        "sbatch_generic_gres_gpu.sh": render_sbatch(SPEC_GPU, load_cluster("generic-gres"),
                                                     RUN_DIR),
-        "sbatch_pyxis_gpu.sh": render_sbatch(CFG_GPU, load_cluster("pyxis-container"), RUN_DIR),
-        "sbatch_apptainer_gpu.sh": render_sbatch(CFG_GPU, ClusterProfile(
+        "sbatch_pyxis_gpu.sh": render_sbatch(SPEC_GPU, load_cluster("pyxis-container"), RUN_DIR),
+        "sbatch_apptainer_gpu.sh": render_sbatch(SPEC_GPU, ClusterProfile(
             name="apptainer", gpu_request="gpus-per-node", modules=("apptainer",),
             container={"runtime": "apptainer", "image": "/shared/images/pytorch.sif",
                        "mounts": ["/shared"]}, code_dir="/shared/labkit/code"), RUN_DIR),
-        "local_2nodes.sh": render_local(CFG_CPU, RUN_DIR, program="/opt/labkit/code/pretrain_gpt.py",
+        "local_2nodes.sh": render_local(SPEC_CPU, RUN_DIR, program="/opt/labkit/code/pretrain_gpt.py",
                                         torchrun="torchrun"),
         "hostfile_2x8.txt": render_hostfile(["node1", "node2"], 8),
     }
@@ -72,7 +73,7 @@ def test_render_is_deterministic():
 
 
 def test_sbatch_contract_lines():
-    s = render_sbatch(CFG_CPU, MINI, RUN_DIR)
+    s = render_sbatch(SPEC_CPU, MINI, RUN_DIR)
     for needle in ("--ntasks-per-node=1", '--nnodes "$SLURM_NNODES"',
                    '--node_rank "$SLURM_NODEID"', "--nproc_per_node 2",
                    'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1',
@@ -82,13 +83,13 @@ def test_sbatch_contract_lines():
                    'echo "$rc" > "$RUN_DIR/exit_code"'):
         assert needle in s, needle
     assert "NCCL_DEBUG" not in s
-    g = render_sbatch(CFG_GPU, load_cluster("generic-gres"), RUN_DIR)
+    g = render_sbatch(SPEC_GPU, load_cluster("generic-gres"), RUN_DIR)
     assert "export NCCL_DEBUG=INFO" in g and "#SBATCH --gres=gpu:8" in g
     assert "module load cuda/12.4" in g and "NCCL_IB_HCA=mlx5" in g
 
 
 def test_percent_in_run_dir_is_literal():
-    opts = sbatch_options(CFG_CPU, MINI, Path("/runs/100%_j"))
+    opts = sbatch_options(SPEC_CPU, MINI, Path("/runs/100%_j"))
     assert "--output=/runs/100%%_j/log.txt" in opts
 
 
@@ -96,7 +97,7 @@ def test_hostile_run_dir_is_quoted():
     """Paths reach the shell only through shlex.quote'd assignments (the real runs with such a
     path are in test_backend_local.py and test_slurm.py)."""
     hostile = Path("/runs/run 1/a'b \"c\" $(touch PWNED); `touch PWNED2`; x")
-    for script in (render_sbatch(CFG_CPU, MINI, hostile), render_local(CFG_CPU, hostile)):
+    for script in (render_sbatch(SPEC_CPU, MINI, hostile), render_local(SPEC_CPU, hostile)):
         assert f"export RUN_DIR={shlex.quote(str(hostile))}" in script
         lines = [ln for ln in script.splitlines() if "PWNED" in ln]
         assert all(ln.startswith(("export RUN_DIR=", "#SBATCH --output=")) for ln in lines)
@@ -147,23 +148,27 @@ def test_program_args_reach_the_slurm_program_verbatim(tmp_path):
 def test_default_program_args_are_megatron_flags_for_the_training_script_only():
     """pretrain_gpt.py gets the run's Megatron-LM flags (config.json in $LABKIT_CONFIG); any
     other program given a run gets --config (the rule in labkit/render.py's docstring)."""
-    sbatch = render_sbatch(CFG_CPU, MINI, RUN_DIR)
+    sbatch = render_sbatch(SPEC_CPU, MINI, RUN_DIR)
     assert sbatch.count("""\"$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}"\n""") == 1
     assert 'export LABKIT_CONFIG="$RUN_DIR/config.json"\n' in sbatch
     assert "    --tensor-model-parallel-size 2\n    --pipeline-model-parallel-size 2\n" in sbatch
-    assert '"$PROGRAM" "${MEGATRON_ARGS[@]}" &' in render_local(CFG_CPU, RUN_DIR)
-    other = render_local(CFG_CPU, RUN_DIR, program="/opt/tools/allreduce_job.py")
+    assert '"$PROGRAM" "${MEGATRON_ARGS[@]}" &' in render_local(SPEC_CPU, RUN_DIR)
+    other = render_local(SPEC_CPU, RUN_DIR, program="/opt/tools/allreduce_job.py")
     assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in other
     assert "MEGATRON_ARGS" not in other and "LABKIT_CONFIG" not in other
     bare = render_local(JobSpec("r", nodes=1, gpus_per_node=2), RUN_DIR)  # a JobSpec: no flags
     assert '"$PROGRAM" --config "$RUN_DIR/config.json" &' in bare
     with pytest.raises(ConfigError, match="list of arguments"):
-        render_local(CFG_CPU, RUN_DIR, program_args="--iters 3")
+        render_local(SPEC_CPU, RUN_DIR, program_args="--iters 3")
 
 
-def test_a_jobspec_and_its_runconfig_render_the_same():
-    assert render_sbatch(JobSpec.from_config(CFG_CPU), MINI, RUN_DIR) == \
-        render_sbatch(CFG_CPU, MINI, RUN_DIR)
+def test_scripts_are_rendered_from_a_jobspec_only():
+    """A RunConfig becomes its JobSpec where the run enters (JobSpec.from_config, once);
+    the renderer takes the JobSpec and names that fix when handed the RunConfig."""
+    for render in (lambda c: render_sbatch(c, MINI, RUN_DIR), lambda c: render_local(c, RUN_DIR),
+                   lambda c: sbatch_options(c, MINI, RUN_DIR)):
+        with pytest.raises(ConfigError, match=r"not RunConfig.*JobSpec\.from_config\(cfg\)"):
+            render(CFG_CPU)
     bench = render_local(JobSpec("bw", nodes=2, gpus_per_node=2), RUN_DIR, program="b.py",
                          program_args=["-b", "1K"])
     assert "# 2 node(s) x 2 process(es) = world size 4 | cpu\n" in bench

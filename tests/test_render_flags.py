@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from labkit.backends.spec import JobSpec
 from labkit.config import MEGATRON_FLAGS, RunConfig
 from labkit.errors import ConfigError
 from labkit.megatron_args import GROUPS, flag_groups, flag_words
 from labkit.paths import DATA_DIR
 from labkit.render import render_hostfile_launch, render_local, render_sbatch
+from labkit.run import JobSpec
 from labkit.site import ClusterProfile, load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_the_script_flags_resolve_to_the_run_config(case, tmp_path, monkeypatch)
     run_dir = tmp_path / case
     run_dir.mkdir()
     cfg.to_json(run_dir / "config.json")
-    script = render_local(cfg, run_dir, torchrun=str(tmp_path / "torchrun"))
+    script = render_local(JobSpec.from_config(cfg), run_dir, torchrun=str(tmp_path / "torchrun"))
     got = _script_args(script, tmp_path)
     assert got["config"] == str(run_dir / "config.json")
     words = flag_words(cfg, DATA_DIR)  # labkit's pretrain_gpt.py reads this checkout's data/
@@ -152,8 +152,8 @@ def test_a_site_program_runs_the_training_script_only(tmp_path):
     site = load_cluster(yaml)
     assert site.program == str(copy)
     cfg = RunConfig(name="tp2pp2", **CASES["tp2pp2"])
-    for text in (render_sbatch(cfg, site, Path("/runs/x")),
-                 render_hostfile_launch(cfg, site, Path("/runs/x"))):
+    for text in (render_sbatch(JobSpec.from_config(cfg), site, Path("/runs/x")),
+                 render_hostfile_launch(JobSpec.from_config(cfg), site, Path("/runs/x"))):
         assert f"export PROGRAM='{copy}'" in text
         assert '"${MEGATRON_ARGS[@]}"' in text and "--config" not in text
         assert "DATA_DIR=/opt/labkit/data" in text  # labkit's data beside code_dir
@@ -169,7 +169,8 @@ def test_hostfile_scripts_pass_the_flags_and_name_the_config(tmp_path):
     site = ClusterProfile(name="two", hosts=({"name": "node1", "slots": 2},
                                              {"name": "node2", "slots": 2}), gpu_request="none")
     for launcher in ("pdsh", "deepspeed"):
-        text = render_hostfile_launch(cfg, site.replace(launcher=launcher), Path("/runs/x"))
+        text = render_hostfile_launch(JobSpec.from_config(cfg), site.replace(launcher=launcher),
+                                      Path("/runs/x"))
         assert '"$PROGRAM" "${MEGATRON_ARGS[@]}"' in text
         assert 'export LABKIT_CONFIG="$RUN_DIR/config.json"' in text
         (tmp_path / "job.sh").write_text(text)
@@ -186,7 +187,7 @@ def test_flags_on_the_local_backend_train_as_the_config(tmp_path, run_root):
     losses at every logged iteration."""
     from engine_runs import SMALL, ensure_data, losses, train
 
-    from labkit.backends import submit
+    from labkit.jobs import submit
 
     ensure_data()
     fields = {**SMALL, "train_iters": 6, "log_interval": 2, "tensor_model_parallel_size": 2,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from labkit import slurmcli
-from labkit.backends import JobState, get_job, list_jobs, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.cli import main as cli
 from labkit.config import RunConfig
 from labkit.errors import JobFailedError, LabkitError
+from labkit.jobs import JobState, get_job, list_jobs, submit
 
 pytestmark = pytest.mark.slurm
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"

@@ -13,11 +13,11 @@ import subprocess
 import pytest
 
 from labkit import slurmcli
-from labkit.backends import Job, JobSpec, JobState, submit
 from labkit.backends import slurm as slurm_backend
 from labkit.backends.slurm import SLURM_STATES, _map
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
+from labkit.jobs import Job, JobSpec, JobState, submit
 from labkit.site import ClusterProfile, slurm_job_name
 
 PROFILE = ClusterProfile(name="fake", partition="lab", time_limit="00:05:00")

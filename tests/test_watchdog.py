@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from labkit import backends
-from labkit.backends.job import Job, JobState
+from labkit import jobs
+from labkit.backends.job import Job
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.logs import detect_hang
+from labkit.run import JobState
 from labkit.watchdog import HANG_HINT, HangError, HangWatchdog, _LogFollower, parse_stack, py_spy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,9 +90,9 @@ def test_wait_refuses_a_nonsense_hang_timeout(tmp_path, bad):
         job.wait(hang_timeout=bad, progress=False)
 
 
-def _submit(name: str, **extra) -> backends.Job:
+def _submit(name: str, **extra) -> jobs.Job:
     cfg = RunConfig(name=name, nodes=1, gpus_per_node=2, extra=extra)
-    return backends.submit(cfg, backend="local", program=HANG_JOB)
+    return jobs.submit(cfg, backend="local", program=HANG_JOB)
 
 
 @pytest.mark.engine
@@ -156,7 +157,7 @@ def test_real_hang_on_minicluster(slurm_cluster, run_root, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = RunConfig(name="hang-slurm", nodes=2, gpus_per_node=1, backend="slurm",
                     extra={"hang_at": 2, "hang_rank": 1, "pg_timeout": 300})
-    job = backends.submit(cfg, backend="slurm", program=HANG_JOB,
+    job = jobs.submit(cfg, backend="slurm", program=HANG_JOB,
                           cluster=slurm_cluster)
     try:
         with pytest.raises(HangError) as e:

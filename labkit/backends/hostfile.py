@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
 
-from labkit.backends.job import Job, JobState
+from labkit.backends.job import Job
 from labkit.backends.local import launcher_alive, reap, start_launcher
-from labkit.backends.spec import JobSpec, as_spec
-from labkit.config import RunConfig
 from labkit.errors import LabkitError, SubmissionError
 from labkit.render import job_hosts, render_hostfile_launch, render_site_hostfile
+from labkit.run.spec import JobSpec
+from labkit.run.state import JobState
 from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"
@@ -85,10 +85,9 @@ def preflight(spec: JobSpec, cluster: ClusterProfile) -> list:
     return hosts
 
 
-def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
+def submit(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile,
            program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
     """Render ``hostfile`` and ``job.sh`` for ``cluster`` and start the launcher here."""
-    spec = as_spec(spec)
     hosts = preflight(spec, cluster)
     (run_dir / CANCELLED_MARK).unlink(missing_ok=True)
     (run_dir / "hostfile").write_text(render_site_hostfile(hosts))
@@ -123,7 +122,8 @@ def lost_hosts(job: Job) -> list[str]:
 
 
 def failure_hint(job: Job, state: JobState) -> str | None:
-    """The hint for a job that lost hosts: which, and what to do (``Job.failure_error``)."""
+    """The hint for a job that lost hosts: which, and what to do (read by
+    ``labkit.backends.diagnosis.failure_error``)."""
     lost = lost_hosts(job) if state in (JobState.FAILED, JobState.NODE_FAIL) else []
     if not lost:
         return None

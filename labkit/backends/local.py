@@ -24,10 +24,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit.backends.job import Job, JobState
-from labkit.backends.spec import JobSpec, as_spec
-from labkit.config import RunConfig
+from labkit.backends.job import Job
 from labkit.render import render_local
+from labkit.run.spec import JobSpec
+from labkit.run.state import JobState
 from labkit.site import ClusterProfile
 
 CANCELLED_MARK = "cancelled"
@@ -87,10 +87,9 @@ def _alive(pid: int, start: int | None) -> bool:
     return st is not None and st[0] != "Z" and (start is None or st[3] == start)
 
 
-def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile | None = None,
+def submit(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile | None = None,
            program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
     """Start the job on this machine (``cluster`` is not read: the local backend has no site)."""
-    spec = as_spec(spec)
     (run_dir / CANCELLED_MARK).unlink(missing_ok=True)  # a resumed run starts afresh
     script = run_dir / "job.sh"
     script.write_text(render_local(spec, run_dir, program=program, program_args=program_args))

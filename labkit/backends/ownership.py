@@ -7,7 +7,7 @@ the site profile's), and names that directory. The backends add their own checks
 signal anything (the local backend: the process's start time, owner, process group and job
 token; Slurm: the job's name and user).
 
-``refuse_if_live(job)`` (and ``labkit.backends.job.guard_not_live(run_dir)``, which loads the
+``refuse_if_live(job)`` (and ``labkit.jobs.guard_not_live(run_dir)``, which loads the
 directory's record first) is the rule that a PENDING or RUNNING job's directory is never moved
 aside, reused or cleaned: it raises with the job's id and the command that cancels it. This
 module takes jobs as they are given and imports nothing from ``labkit.backends``.
@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 
 from labkit.errors import LabkitError, SubmissionError
-from labkit.jobstate import JobLike
 from labkit.paths import run_root
+from labkit.run.state import JobLike
 
 
 class NotOwnedError(LabkitError):

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from labkit import slurmcli
 from labkit._logging import warn_once
-from labkit.backends.job import Job, JobState
-from labkit.backends.spec import JobSpec, as_spec
-from labkit.config import RunConfig
+from labkit.backends.job import Job
 from labkit.errors import LabkitError, SubmissionError
 from labkit.render import render_sbatch, sbatch_options
+from labkit.run.spec import JobSpec
+from labkit.run.state import JobState
 from labkit.site import ClusterProfile
 from labkit.slurmcli import SlurmError
 
@@ -69,10 +69,9 @@ def preflight(cluster: ClusterProfile) -> None:
                               "(a real Slurm mini-cluster on this machine, as root)")
 
 
-def submit(spec: JobSpec | RunConfig, run_dir: Path, *, cluster: ClusterProfile,
+def submit(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile,
            program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
     """Render ``job.sh`` for ``cluster`` and ``sbatch`` it; SubmissionError with a fix if refused."""
-    spec = as_spec(spec)
     script = run_dir / "job.sh"
     script.write_text(render_sbatch(spec, cluster, run_dir, program=program,
                                     program_args=program_args))

@@ -20,6 +20,7 @@ from labkit.render import (
     render_sbatch,
     render_site_hostfile,
 )
+from labkit.run import JobSpec
 from labkit.site import load_cluster, resolve_cluster
 
 
@@ -274,15 +275,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_json(args.config)
+    spec = JobSpec.from_config(cfg)  # where the run enters: the renderer takes its JobSpec
     backend = args.backend or cfg.backend
     if backend == "hostfile":  # the site's hosts: their hostfile, or the launch script
 
         cluster = resolve_cluster(args.cluster)
         if args.hostfile:
-            sys.stdout.write(render_site_hostfile(job_hosts(cfg, cluster)))
+            sys.stdout.write(render_site_hostfile(job_hosts(spec, cluster)))
             return 0
         d = (cluster.run_root_path() if cluster.run_root else run_dir(cfg.name).parent) / cfg.name
-        sys.stdout.write(render_hostfile_launch(cfg, cluster, d))
+        sys.stdout.write(render_hostfile_launch(spec, cluster, d))
         return 0
     if args.hostfile:
         sys.stdout.write(render_hostfile([f"node{i + 1}" for i in range(cfg.nodes)],
@@ -293,7 +295,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         cluster = resolve_cluster(args.cluster)
         if cluster.run_root:
             d = cluster.run_root_path() / cfg.name
-        sys.stdout.write(render_sbatch(cfg, cluster, d))
+        sys.stdout.write(render_sbatch(spec, cluster, d))
     else:
-        sys.stdout.write(render_local(cfg, d))
+        sys.stdout.write(render_local(spec, d))
     return 0

@@ -20,9 +20,9 @@ from typing import Any
 
 from labkit import slurmcli
 from labkit.backends import slurm
-from labkit.backends.spec import JobSpec
 from labkit.errors import LabkitError
 from labkit.paths import CODE_DIR
+from labkit.run.spec import JobSpec
 from labkit.site import ClusterProfile
 from labkit.slurmcli import SlurmError
 

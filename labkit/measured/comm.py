@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from labkit import backends
-from labkit.backends.spec import JobSpec
+from labkit import jobs
 from labkit.errors import ConfigError
 from labkit.logs import parse_log
 from labkit.paths import CODE_DIR
+from labkit.run.spec import JobSpec
 from labkit.validate import text_problem
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def submit_bench(name: str = "busbw", *, nodes: int = 2, gpus_per_node: int = 2,
             "-e", max_bytes, "-f", str(factor), "-n", str(iters), "-w", str(warmup),
             "--backend", "nccl" if device == "cuda" else "gloo",
             "--json-out", "{run_dir}/busbw.jsonl", *(["--nccl-debug"] if nccl else [])]
-    return backends.submit(spec, backend=backend, cluster=cluster, overwrite=overwrite,
+    return jobs.submit(spec, backend=backend, cluster=cluster, overwrite=overwrite,
                            program=BENCH, program_args=args)
 
 

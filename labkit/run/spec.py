@@ -1,41 +1,25 @@
-"""The backend protocol and the one thing every backend is given: a JobSpec.
+"""JobSpec: the shape of a job, all a backend is given and all a job script is rendered from.
 
-A backend (``labkit.backends.local``, ``labkit.backends.slurm``) is a module with three
-functions, as in submitit's executors:
+A JobSpec holds the job's shape (name, nodes, processes per node, device), not its training
+hyper-parameters. A training run's spec is made from its RunConfig once, where the run enters
+(``JobSpec.from_config``, called by ``labkit.jobs.submit`` and by the commands and notebooks
+that render a script); the all-reduce benchmark builds one directly, so a program that is not
+the training script needs no training config. Everything below that edge (``labkit.render``,
+the backends) takes a JobSpec only.
 
-    submit(spec, run_dir, *, cluster, program=None, program_args=None) -> Job
-    states(jobs) -> {job_id: JobState}      # one poll for many jobs
-    cancel(job) -> None                     # this job only; labkit's own jobs only
-
-``spec`` is a :class:`JobSpec`: the shape of the job (name, nodes, processes per node, device),
-not its training hyper-parameters. A training run's spec comes from its RunConfig
-(``JobSpec.from_config``); the all-reduce benchmark builds one directly, so a program that is
-not the training script needs no training config. ``run_dir`` exists and is the job's working
-directory. ``cluster`` is the site (ClusterProfile); the local backend runs on this machine and
-reads nothing from it. ``program`` defaults to ``pretrain_gpt.py``; ``program_args``, passed to
-it verbatim (shell-quoted), default to the run's Megatron-LM flags (``labkit.render`` says the
-rule).
-
-``labkit.backends.submit`` is the entry point that writes the run directory and picks the
-backend; these functions are what it calls.
+Every text field reaches the job script; ``labkit.validate.script_text_problems`` is the one
+door it goes through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
+from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.megatron_args import flag_groups
 from labkit.rules import DEVICES, NAME_RE
 from labkit.validate import script_text_problems
-
-if TYPE_CHECKING:
-    from labkit.backends.job import Job, JobState
-    from labkit.config import RunConfig
-    from labkit.site import ClusterProfile
 
 
 @dataclass(frozen=True)
@@ -85,19 +69,3 @@ class JobSpec:
                    layout=f"TP={cfg.tp} x PP={cfg.pp} x DP={cfg.dp}",
                    megatron_flags=flag_groups(cfg))
 
-
-def as_spec(run: JobSpec | RunConfig) -> JobSpec:
-    """A JobSpec as it is, a RunConfig as its JobSpec."""
-    return run if isinstance(run, JobSpec) else JobSpec.from_config(run)
-
-
-class Backend(Protocol):
-    """The three functions of a backend module (see the module docstring)."""
-
-    def submit(self, spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile,
-               program: str | Path | None = None,
-               program_args: Sequence[str] | None = None) -> Job: ...
-
-    def states(self, jobs: list[Job]) -> dict[str, JobState]: ...
-
-    def cancel(self, job: Job) -> None: ...

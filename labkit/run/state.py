@@ -1,9 +1,9 @@
-"""A job's state, and what the modules that watch or guard a job read of it.
+"""A job's state, and the face of a job that the modules watching or guarding it read.
 
 ``JobState`` is labkit's state of a job on any backend (each backend maps its own states to
-these). ``JobLike`` is the face of ``labkit.backends.job.Job`` that the hang watchdog and the
-ownership checks use; they take a job as it is given and import nothing from
-``labkit.backends``, so the job module can import them.
+these). ``JobLike`` is the face of ``labkit.backends.job.Job`` that the hang watchdog, the
+failure diagnosis and the ownership checks use: they take a job as it is given and import
+nothing from ``labkit.backends``.
 """
 
 from __future__ import annotations
@@ -40,12 +40,17 @@ class JobLike(Protocol):
     name: str
     run_dir: Path
     backend: str
+    submitted_at: float
     info: dict[str, Any]
 
     @property
     def log_path(self) -> Path: ...
 
     def state(self) -> JobState: ...
+
+    def tail(self, n: int = 20) -> str: ...
+
+    def exit_code(self) -> int | None: ...
 
     def cancel(self) -> bool: ...
 

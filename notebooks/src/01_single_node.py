@@ -35,8 +35,9 @@ versions()
 
 # %%
 from labkit.config import RunConfig
+from labkit.site import resolve_cluster
 
-cfg = RunConfig.for_profile(profile, cluster=cluster, name=run_name, backend=backend,
+cfg = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=run_name, backend=backend,
                             nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 print(f"global batch {cfg.global_batch_size} samples per iteration, micro batch "
       f"{cfg.micro_batch_size} samples, {cfg.dp} data-parallel rank(s)")
@@ -75,11 +76,12 @@ print(cfg.summary())
 from labkit.lab import run_dir_of, shown
 from labkit.site import resolve_cluster
 from labkit.render import render_local, render_sbatch
+from labkit.run import JobSpec
 
 if backend == "slurm":
-    script = render_sbatch(cfg, resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster))
+    script = render_sbatch(JobSpec.from_config(cfg), resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster))
 else:
-    script = render_local(cfg, run_dir_of(cfg, cluster=cluster))
+    script = render_local(JobSpec.from_config(cfg), run_dir_of(cfg, cluster=cluster))
 print(shown(script))  # paths relative to the repository (the script itself has them in full)
 
 # %% [markdown]

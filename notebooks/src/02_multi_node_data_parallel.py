@@ -35,8 +35,9 @@ versions()
 
 # %%
 from labkit.config import RunConfig
+from labkit.site import resolve_cluster
 
-one = RunConfig.for_profile(profile, cluster=cluster, name=one_node_run, backend=backend,
+one = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=one_node_run, backend=backend,
                             nodes=1, gpus_per_node=gpus_per_node, train_iters=train_iters)
 two = one.replace(name=run_name, nodes=nodes, global_batch_size=one.global_batch_size * nodes,
                   nccl_debug=profile == "gpu")  # NCCL_DEBUG=INFO: notebook 03 reads its lines
@@ -53,8 +54,9 @@ print(two.summary())
 from labkit.lab import run_dir_of, shown
 from labkit.site import resolve_cluster
 from labkit.render import render_sbatch
+from labkit.run import JobSpec
 
-script = render_sbatch(two, resolve_cluster(cluster), run_dir_of(two, cluster=cluster))
+script = render_sbatch(JobSpec.from_config(two), resolve_cluster(cluster), run_dir_of(two, cluster=cluster))
 print(shown("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATCH", "srun", "  ")))))
 
 # %% [markdown]

@@ -39,9 +39,10 @@ versions()
 import math
 
 from labkit.config import RunConfig
+from labkit.site import resolve_cluster
 from labkit.lab import launch
 
-base = RunConfig.for_profile(profile, cluster=cluster, name=one_node_run, backend=backend,
+base = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=one_node_run, backend=backend,
                              nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 gbs = max(micro_batches) * base.dp
 jobs = []

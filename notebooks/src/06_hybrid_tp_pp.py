@@ -39,9 +39,10 @@ versions()
 
 # %%
 from labkit.config import RunConfig
+from labkit.site import resolve_cluster
 from labkit.exercises import FIXME, check_hybrid
 
-base = RunConfig.for_profile(profile, cluster=cluster, name=f"{run_prefix}_hybrid",
+base = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=f"{run_prefix}_hybrid",
                              backend=backend, nodes=nodes, gpus_per_node=gpus_per_node,
                              train_iters=train_iters)
 print(f"{nodes} nodes x {gpus_per_node} = {nodes * gpus_per_node} ranks; {base.num_layers} "

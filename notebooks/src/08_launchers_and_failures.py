@@ -59,6 +59,7 @@ from labkit.config import RunConfig
 from labkit.lab import run_dir_of
 from labkit.paths import run_root
 from labkit.render import job_hosts, render_hostfile_launch, render_sbatch, render_site_hostfile
+from labkit.run import JobSpec
 from labkit.site import ClusterProfile, load_cluster, resolve_cluster
 
 cfg = RunConfig.for_profile(profile, name=f"{run_prefix}_resume", backend=backend, nodes=nodes,
@@ -89,10 +90,10 @@ ways = {  # launcher -> (config, site profile)
 scripts = {}
 for way, (c, prof) in ways.items():
     if c.backend == "slurm":
-        scripts[way] = render_sbatch(c, prof, run_dir_of(c, cluster=prof))
+        scripts[way] = render_sbatch(JobSpec.from_config(c), prof, run_dir_of(c, cluster=prof))
     else:
-        scripts[way] = render_hostfile_launch(c, prof, (prof.run_root_path() or run_root()) / c.name)
-hostfile = render_site_hostfile(job_hosts(tp2pp2, hosts_site))
+        scripts[way] = render_hostfile_launch(JobSpec.from_config(c), prof, (prof.run_root_path() or run_root()) / c.name)
+hostfile = render_site_hostfile(job_hosts(JobSpec.from_config(tp2pp2), hosts_site))
 
 
 def launch_lines(script: str) -> str:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from labkit import minicluster_ssh, slurmcli
+from labkit import minicluster_ssh, nodenet, slurmcli
 from labkit._logging import log
 from labkit.errors import LabkitError
 from labkit.paths import MINICLUSTER_DIR, MINICLUSTER_SITE, check_slurm_dir, default_torchrun
@@ -44,7 +44,7 @@ from labkit.site import CLUSTER_DIR, ClusterProfile, load_cluster
 STATE_DIR = MINICLUSTER_DIR
 SLURM_CONF = STATE_DIR / "slurm.conf"
 STARTED = STATE_DIR / "started.json"
-BRIDGE, SUBNET, NS_PREFIX, PARTITION = "lkbr0", "10.77.0", "lk-node", "lab"
+BRIDGE, SUBNET, NS_PREFIX, PARTITION = nodenet.BRIDGE, nodenet.SUBNET, "lk-node", "lab"
 ETC_CONF = Path("/etc/slurm/slurm.conf")
 HOSTFILE_SITE = STATE_DIR / "site-hostfile.yaml"
 
@@ -65,8 +65,7 @@ def node_names(n: int) -> list[str]:
     return [f"node{i}" for i in range(1, n + 1)]
 
 
-def node_addr(i: int) -> str:
-    return f"{SUBNET}.{10 + i}"
+node_addr = nodenet.node_addr
 
 
 def _read_started() -> dict | None:
@@ -208,22 +207,16 @@ def _start_munge() -> int | None:
 
 
 def _network(nodes: int, rate: str) -> None:
-    _sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    _sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-    _sh("ip", "link", "set", BRIDGE, "up")
+    """The nodes' network, the root way in: named namespaces on a bridge in this machine's
+    network (where slurmctld listens), built by ``labkit.nodenet`` like the local backend's."""
+    link = nodenet.Link(rate=rate)
+    for cmd in nodenet.bridge_commands(BRIDGE):
+        _sh(*cmd)
     for i in range(1, nodes + 1):
-        ns, veth = f"{NS_PREFIX}{i}", f"lkv{i}"
+        ns = f"{NS_PREFIX}{i}"
         _sh("ip", "netns", "add", ns)
-        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
-        _sh("ip", "link", "set", f"{veth}p", "netns", ns)
-        _sh("ip", "-n", ns, "link", "set", f"{veth}p", "name", "eth0")
-        _sh("ip", "-n", ns, "addr", "add", f"{node_addr(i)}/24", "dev", "eth0")
-        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "link", "set", veth, "master", BRIDGE, "up")
-        # The node's outgoing link: what crosses nodes is shaped, loopback inside one is not.
-        _sh("nsenter", f"--net=/run/netns/{ns}", "tc", "qdisc", "add", "dev", "eth0", "root",
-            "tbf", "rate", rate, "burst", "256kb", "latency", "50ms")
+        for cmd in nodenet.node_commands(i, ns, f"/run/netns/{ns}", link, BRIDGE):
+            _sh(*cmd)
 
 
 def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> ClusterProfile:

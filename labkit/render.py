@@ -263,19 +263,24 @@ def render_sbatch(spec: JobSpec, cluster: ClusterProfile, run_dir: Path, *,
 
 def render_local(spec: JobSpec, run_dir: Path, *, program: str | Path | None = None,
                  program_args: Sequence[str] | None = None, torchrun: str | None = None,
-                 env: dict[str, str] | None = None) -> str:
+                 env: dict[str, str] | None = None, nodes_net: dict | None = None) -> str:
     """The local backend's launch script: one torchrun agent per simulated node (the other
-    arguments as in ``render_sbatch``)."""
+    arguments as in ``render_sbatch``). ``nodes_net``: ``labkit.nodenet.shell_parts``, when
+    every node is a network namespace of its own; None: all nodes on this machine's loopback."""
     spec = _spec(spec)
     title, summary = _header(spec, "local launch script")
     program, block, words = _arguments(spec, program, program_args)
+    # Without namespaces every rank is on this machine: gloo talks over loopback whatever the
+    # hostname says.
+    net = nodes_net or {"reexec": "", "node_net": "", "node_enter": "",
+                        "master_addr": "127.0.0.1", "env": {"GLOO_SOCKET_IFNAME": "lo"}}
     values = {
         "title": title, "summary": summary, "run_dir": _q(Path(run_dir)),
         "program": _q(program), "program_args": words, "program_setup": block,
         "torchrun": _q(torchrun or default_torchrun()),
-        # Every rank is on this machine: gloo talks over loopback whatever the hostname says.
-        "env": "\n".join(_env_lines(spec, {"GLOO_SOCKET_IFNAME": "lo", **(env or {})})),
+        "env": "\n".join(_env_lines(spec, {**net["env"], **(env or {})})),
         "nodes": str(spec.nodes), "nproc": str(spec.gpus_per_node),
+        **{k: net[k] for k in ("reexec", "node_net", "node_enter", "master_addr")},
     }
     return fill(_template("local.sh.tmpl"), values)
 

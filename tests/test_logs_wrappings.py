@@ -77,3 +77,22 @@ def test_progress_bar_glue_and_hard_wrap_give_the_same_facts(name, tmp_path):
         else:
             wrapped.append(line)
     assert _facts(_write(tmp_path, wrapped)) == want, "iteration records hard-wrapped at 80 columns"
+
+
+@pytest.mark.parametrize("layout", ["nccl_first", "interleaved"])
+def test_loop_lines_without_trigger_words_are_read_beside_other_tools(layout, tmp_path):
+    """nanoGPT's step lines hold no trigger word; a nanoGPT log that also holds NCCL's lines (two
+    real logs, one after the other, or line by line, so some steps sit beside a trigger) still
+    gives every step, and the NCCL facts of the NCCL log."""
+    steps = (REAL / "nanogpt_2023_iter_lines_torchrun_nanogpt110.txt").read_text().splitlines()
+    nccl = (REAL / "nccl_2.22_p2p_cumem_nccl1538.txt").read_text().splitlines()
+    if layout == "nccl_first":
+        lines = nccl + steps
+    else:
+        lines = [x for pair in zip(steps, nccl, strict=False) for x in pair] + steps[len(nccl):]
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join(lines) + "\n")
+    d = parse_log(log).to_dict()
+    assert [r["iteration"] for r in d["iterations"]] == list(range(1631, 1642))  # as the log prints
+    assert d["iterations"][0]["lm_loss"] == 4.0863 and d["iterations"][-1]["elapsed_ms"] == 567.31
+    assert d["nccl"]["transports"] == {"P2P": 11, "SHM": 0, "NET": 0}

@@ -28,6 +28,12 @@ def test_versions_and_transport_counts(fixture, version, build, transports, n_li
 @pytest.mark.parametrize("line,expected", [
     ("learnfair062:40509:40629 [3] NCCL INFO Ring 04 : 3[3] -> 2[2] via P2P/IPC",
      (4, None, 3, 2, None, "P2P/IPC", "P2P")),
+    # NCCL 2.3-2.4 network hops print no device after the ranks (net.cc's "Ring %02d : %d -> %d
+    # [send] via NET/%s/%d%s"): both directions of one hop, counted as one connection
+    ("h:1:2 [0] NCCL INFO Ring 00 : 3 -> 4 [send] via NET/IB/0/GDRDMA",
+     (0, None, 3, 4, "send", "NET/IB/0/GDRDMA", "NET")),
+    ("h:1:2 [0] NCCL INFO Ring 01 : 15 -> 0 [receive] via NET/Socket/1",
+     (1, None, 15, 0, "receive", "NET/Socket/1", "NET")),
     ("h:1:2 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC",
      (0, None, 0, 1, None, "P2P/IPC", "P2P")),
     ("h:1:2 [0] NCCL INFO Channel 03/1 : 3[41000] -> 4[3d000] [send] via NET/Socket/0",

@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from labkit import nodenet
 from labkit.backends.job import Job
 from labkit.render import render_local
 from labkit.run.spec import JobSpec
@@ -92,7 +93,13 @@ def submit(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile | None = Non
     """Start the job on this machine (``cluster`` is not read: the local backend has no site)."""
     (run_dir / CANCELLED_MARK).unlink(missing_ok=True)  # a resumed run starts afresh
     script = run_dir / "job.sh"
-    script.write_text(render_local(spec, run_dir, program=program, program_args=program_args))
+    # More than one node: each node a rootless network namespace with a shaped link where this
+    # user may build one (labkit.nodenet); else all nodes on this machine's loopback.
+    link, why_not = nodenet.local_link(spec.nodes)
+    nodenet.write_record(run_dir, spec.nodes, link, why_not)
+    net = nodenet.shell_parts(spec.nodes, link) if link else None
+    script.write_text(render_local(spec, run_dir, program=program, program_args=program_args,
+                                  nodes_net=net))
     script.chmod(0o755)
     return start_launcher(spec.name, run_dir, "local", env={"OMP_NUM_THREADS": "1"})
 

@@ -10,8 +10,9 @@
     nanoGPT:
         ``iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%`` (before 2023-02 without mfu)
 
-scan.py finds torchtitan's and picotron's lines by their ``memory``/``Memory`` field; nanoGPT's
-are read where nothing else in the log is (parse.py reads such a log line by line). The line must
+scan.py finds torchtitan's and picotron's lines by their ``memory``/``Memory`` field. nanoGPT's
+hold no trigger word: parse.py reads them from every line of a log with no Megatron line and no
+other loop's records (a nanoGPT log with NCCL, CUDA or torchrun lines in it included). The line must
 start with the counter (after the prefixes lines.py removes) and name a loss; the
 pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
 tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
@@ -23,7 +24,10 @@ nanotron's and NeMo 2's lines have the ``|`` fields of Megatron's and are read i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from labkit.logs.lines import clean_line
 
 _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
                       r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
@@ -40,6 +44,17 @@ _KEYS = {"loss": "lm_loss", "lr": "lr", "grad_norm": "grad_norm", "gradnorm": "g
          "tflops": "tflops_per_gpu", "mfu": "mfu", "time/step": "elapsed_ms",
          "memory": "memory", "memory usage": "memory"}
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+
+
+def may_be_loop_line(raw: str | bytes) -> bool:
+    """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
+    return (b"iter " in raw and b": loss " in raw) if isinstance(raw, bytes) else \
+        ("iter " in raw and ": loss " in raw)
+
+
+def has_no_trigger(text: str) -> bool:
+    """A step line of a loop whose lines hold no trigger word (nanoGPT's ``iter N: loss X``)."""
+    return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
 
 def parse_step_line(text: str) -> dict[str, Any] | None:
@@ -72,3 +87,19 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
             v *= 1000.0
         rec[col] = v
     return rec if "lm_loss" in rec else None
+
+
+def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> None:
+    """Add the records of the lines among the first ``limit`` bytes of ``lines`` that
+    has_no_trigger takes to ``col`` (parse.py's collector; a record read already merges with its
+    copy: the same iteration, the same values)."""
+    seen = 0
+    for lineno, raw in enumerate(lines, 1):
+        seen += len(raw)
+        if seen > limit:
+            break
+        if may_be_loop_line(raw):
+            text = clean_line(raw, lineno).text
+            rec = parse_step_line(text) if has_no_trigger(text) else None
+            if rec is not None:
+                col._add_iteration(rec)

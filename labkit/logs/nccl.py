@@ -3,6 +3,8 @@
 Transport lines changed shape three times; all are read:
     NCCL 2.3 - 2.4 ``Ring 00 : 0[0] -> 1[1] via P2P/IPC``                        (2018: lines of
                    two ranks may be printed into one, or a line may start at ``Ring``)
+                   ``Ring 00 : 3 -> 4 [send] via NET/IB/0/GDRDMA``               (network hops:
+                   no device after the ranks, net.cc's ``"Ring %02d : %d -> %d [send] via ..."``)
     NCCL <= 2.13   ``Channel 00 : 0[3d000] -> 1[3e000] via P2P/IPC/read``          (peer bus id)
     2.14 - 2.18    ``Channel 00/0 : 0[3d000] -> 1[3e000] via P2P/IPC/read``        (+ /connIndex)
     >= 2.19        ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read``              (cuda device)
@@ -21,8 +23,8 @@ from typing import Any
 
 _VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4})(?:[+\-]([\w.]{1,30}))?")
 _CHANNEL = re.compile(
-    r"(?:Channel|Ring) (\d{1,4})(?:/(\d{1,4}))? : (\d{1,7})\[[0-9a-fA-Fx]{1,16}\] -> "
-    r"(\d{1,7})\[[0-9a-fA-Fx]{1,16}\]"
+    r"(?:Channel|Ring) (\d{1,4})(?:/(\d{1,4}))? : (\d{1,7})(?:\[[0-9a-fA-Fx]{1,16}\])? -> "
+    r"(\d{1,7})(?:\[[0-9a-fA-Fx]{1,16}\])?"
     r"(?: \[(send|receive)\])? via (\S{1,80}(?: pointer| shared memory)?)")
 CLASSES = ("P2P", "SHM", "NET")
 

@@ -131,6 +131,8 @@ class _Collector:
         self.scanner = FailureScanner()
         self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
+        self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
+        self.loop_iters = 0
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
@@ -162,6 +164,7 @@ class _Collector:
         self._safe(line)
 
     def _add_iteration(self, rec: dict[str, Any]) -> None:
+        self.n_iters += 1
         if self.fast_rows:  # keep the records in log order
             self._pack_fast()
         self.iter_rows.append(rec)
@@ -181,6 +184,7 @@ class _Collector:
         self.seen.tools.setdefault("Megatron", 0)
         self.fast_rows.append(csv)
         self.fast_n += n
+        self.n_iters += n
         if self.fast_n >= _CHUNK_ROWS:
             self._pack_fast()
 
@@ -242,6 +246,7 @@ class _Collector:
                 mem = rec.pop("_memory", None)
                 if mem is not None:
                     self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
+                self.loop_iters += loops.has_no_trigger(text)
                 self._add_iteration(rec)
                 return True
         ch = nccl.parse_channel(text)
@@ -328,7 +333,17 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
         for p in paths:
             feed_lines(col, iter_file(p), every=_EVERY_LINE_BYTES)
             col.flush()
+    elif _wants_loop_lines(col):
+        for p in paths:
+            loops.add_lines(col, iter_file(p), _EVERY_LINE_BYTES)
     return _result(col, [str(p) for p in paths])
+
+
+def _wants_loop_lines(col: _Collector) -> bool:
+    """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger): in a
+    log with no Megatron line whose iterations, if any, came from such lines (read where they
+    sat beside a trigger), so no other loop's records mix with them (loops.add_lines)."""
+    return "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters
 
 
 def _found_nothing(col: _Collector) -> bool:
@@ -354,6 +369,8 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
         col = _Collector()
         feed_lines(col, lines, every=_EVERY_LINE_BYTES)
         col.flush()
+    elif _wants_loop_lines(col):
+        loops.add_lines(col, lines, _EVERY_LINE_BYTES)
     return _result(col, [])
 
 

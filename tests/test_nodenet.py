@@ -1,0 +1,83 @@
+"""labkit.nodenet: the link settings, the commands both ways in share, and the local backend
+where rootless namespaces are refused (a fake ``unshare`` that fails, at the subprocess
+boundary): one log line with the reason, and the nodes share loopback as before. The rootless
+nodes themselves, as a user who is not root, are in tests/test_nodenet_users.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from labkit import nodenet
+from labkit.config import RunConfig
+from labkit.errors import ConfigError
+from labkit.jobs import submit
+
+PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
+REFUSED = "unshare: unshare failed: Operation not permitted"
+
+
+def test_link_settings(monkeypatch):
+    assert nodenet.link_from_env({}) == nodenet.Link("1gbit", "50ms")
+    assert nodenet.link_from_env({nodenet.RATE_ENV: "200mbit"}).bits_per_s == 200e6
+    assert nodenet.Link("1gbps").bits_per_s == 8e9  # tc: bps is bytes per second
+    off = nodenet.link_from_env({nodenet.RATE_ENV: "off", nodenet.LATENCY_ENV: "5ms"})
+    assert off.rate is None and off.bits_per_s is None and off.latency == "5ms"
+    with pytest.raises(ConfigError, match=r"'1 gig'.*'200mbit'.*'off'"):
+        nodenet.link_from_env({nodenet.RATE_ENV: "1 gig"})
+    with pytest.raises(ConfigError, match=r"'50'.*'50ms'"):
+        nodenet.Link(latency="50")
+
+
+def test_shaping_is_on_the_node_side_and_can_be_off():
+    shaped = nodenet.node_commands(2, "lk-node2", "/run/netns/lk-node2", nodenet.Link("1gbit"))
+    assert shaped[-1] == ["nsenter", "--net=/run/netns/lk-node2", "tc", "qdisc", "add", "dev",
+                          "eth0", "root", "tbf", "rate", "1gbit", "burst", "256kb",
+                          "latency", "50ms"]
+    assert ["nsenter", "--net=/run/netns/lk-node2", "ip", "addr", "add", "10.77.0.12/24",
+            "dev", "eth0"] in shaped
+    unshaped = nodenet.node_commands(2, "lk-node2", "/run/netns/lk-node2", nodenet.Link(None))
+    assert unshaped == shaped[:-1]
+    parts = nodenet.shell_parts(2, nodenet.Link(None))
+    assert "tbf" not in parts["node_net"] and parts["master_addr"] == "10.77.0.11"
+    assert parts["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+@pytest.fixture
+def refused(tmp_path, monkeypatch):
+    """An ``unshare`` that fails as a kernel that refuses user namespaces makes it fail."""
+    fake = tmp_path / "bin" / "unshare"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho '{REFUSED}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setattr(nodenet, "_PROBE", [])
+
+
+def test_refused_namespaces_fall_back_to_loopback(refused, run_root, caplog, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with caplog.at_level(logging.WARNING, logger="labkit"):
+        assert nodenet.local_link(2) == (None, f"`unshare -Urnpm` refused: {REFUSED}")
+        assert nodenet.local_link(2)[0] is None
+    said = [r.getMessage() for r in caplog.records if "loopback" in r.getMessage()]
+    assert len(said) == 1 and REFUSED in said[0], said  # once, with the reason
+    job = submit(RunConfig(name="loopback2", nodes=2, gpus_per_node=1, train_iters=3),
+                 program=PROGRAM)
+    job.wait(timeout=300, progress=False)
+    assert str(job.state()) == "COMPLETED", job.tail(30)
+    record = nodenet.read_record(job.run_dir)
+    assert record["namespaces"] is False and REFUSED in record["why_not"], record
+    script = (job.run_dir / "job.sh").read_text()
+    assert "unshare" not in script and "export MASTER_ADDR=127.0.0.1" in script
+
+
+def test_loopback_on_request_and_one_node(monkeypatch):
+    monkeypatch.setattr(nodenet, "_PROBE", [None])
+    assert nodenet.local_link(1) == (None, "a single node")
+    monkeypatch.setenv(nodenet.MODE_ENV, "loopback")
+    assert nodenet.local_link(2) == (None, f"{nodenet.MODE_ENV}=loopback")
+    monkeypatch.delenv(nodenet.MODE_ENV)
+    assert nodenet.local_link(2)[0] == nodenet.Link()

@@ -60,6 +60,10 @@ from engine_args import config_file, parse_args  # noqa: E402
 
 from labkit.config import RunConfig  # noqa: E402
 
+# Slurm's warning signal reaches every process of the job step (scancel --signal): the children
+# this file is started again in under spawn (dist-checkpointing's writer) must not die of it;
+# main() gives the training process its own handler (engine_stop.py).
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
 CUDA_CAP: list[str | None] = [None]  # the device memory cap's description, set in main()
 

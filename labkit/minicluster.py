@@ -20,6 +20,11 @@ host keys, known_hosts), so ``ssh node2 hostname`` and ``pdsh -R ssh -w node1,no
 work as on a cluster without Slurm; the site profile for the hostfile backend
 (``minicluster_hostfile_cluster()``, hosts with their addresses and slots) is written to
 ``HOSTFILE_SITE`` beside the Slurm one. ``cluster_status()["profiles"]`` names both.
+
+Preemption as on a shared site: a job in partition ``urgent`` (``PREEMPTOR``, higher
+PriorityTier, same nodes) preempts jobs of ``lab`` with PreemptMode=REQUEUE: they are sent their
+warning signal (``--signal``; preempt_send_user_signal) and SIGTERM, get ``GraceTime`` seconds,
+then go back to the queue and start again when the nodes are free.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ STATE_DIR = MINICLUSTER_DIR
 SLURM_CONF = STATE_DIR / "slurm.conf"
 STARTED = STATE_DIR / "started.json"
 BRIDGE, SUBNET, NS_PREFIX, PARTITION = nodenet.BRIDGE, nodenet.SUBNET, "lk-node", "lab"
+PREEMPTOR = "urgent"  # a partition whose jobs preempt (requeue) the jobs of PARTITION
+GRACE_S = 30  # seconds a preempted job gets between its warning and the kill
 ETC_CONF = Path("/etc/slurm/slurm.conf")
 HOSTFILE_SITE = STATE_DIR / "site-hostfile.yaml"
 
@@ -159,16 +166,34 @@ def _slurm_conf(nodes: int, cpus: int) -> str:
         "JobCompType=jobcomp/none", "MpiDefault=none",
         # CR_CPU: a job holding a node's CPUs makes the next one wait (PENDING), as on a real site.
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
-        "SlurmdParameters=config_overrides", "ReturnToService=2",
+        "SlurmdParameters=config_overrides", "ReturnToService=1",
         f"FirstJobId={first_id}", "MinJobAge=300", "KillWait=5", "InactiveLimit=0",
         "SlurmctldTimeout=30", "SlurmdTimeout=60", "MessageTimeout=10",
+        # Preemption by partition: urgent's jobs requeue lab's, which get their --signal first.
+        "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE",
+        "SlurmctldParameters=preempt_send_user_signal",
     ]
     for i, name in enumerate(node_names(nodes), start=1):
         lines.append(f"NodeName={name} NodeAddr={node_addr(i)} NodeHostname={host} "
                      f"CPUs={cpus} State=UNKNOWN")
     lines.append(f"PartitionName={PARTITION} Nodes=node[1-{nodes}] Default=YES MaxTime=INFINITE "
-                 f"State=UP OverSubscribe=NO")
+                 f"State=UP OverSubscribe=NO PriorityTier=1 PreemptMode=REQUEUE "
+                 f"GraceTime={GRACE_S}")
+    lines.append(f"PartitionName={PREEMPTOR} Nodes=node[1-{nodes}] Default=NO MaxTime=INFINITE "
+                 f"State=UP OverSubscribe=NO PriorityTier=2 PreemptMode=OFF")
     return "\n".join(lines) + "\n"
+
+
+def _conf_changed(nodes: int, cpus: int) -> bool:
+    """Whether the running cluster's slurm.conf differs from what this labkit writes (job ids
+    aside): a cluster started by an older labkit lacks what the tests and notebooks expect."""
+    try:
+        old = SLURM_CONF.read_text().splitlines()
+    except OSError:
+        return True
+    new = _slurm_conf(nodes, cpus).splitlines()
+    return [x for x in old if not x.startswith("FirstJobId=")] != \
+        [x for x in new if not x.startswith("FirstJobId=")]
 
 
 def _ensure_packages() -> None:
@@ -230,11 +255,11 @@ def cluster_up(nodes: int = 2, cpus_per_node: int = 2, rate: str = "1gbit") -> C
         raise ClusterError(f"nodes={nodes} and cpus_per_node={cpus_per_node} must be >= 1")
     st = _read_started()
     if is_up() and st and (st["nodes"], st["cpus_per_node"], st["rate"]) == (
-            nodes, cpus_per_node, rate):
+            nodes, cpus_per_node, rate) and not _conf_changed(nodes, cpus_per_node):
         _ensure_packages()
         return _publish(st)
     if st:
-        log.info("stopping the previous mini-cluster first (different shape or half started)")
+        log.info("stopping the previous mini-cluster first (other shape, older slurm.conf, half started)")
         cluster_down()
     _ensure_packages()
     for sub in ("state", "run", "log", *(f"spool/{n}" for n in node_names(nodes))):

@@ -23,7 +23,12 @@ def test_slurm_conf_shape():
     conf = minicluster._slurm_conf(3, 4)
     for needle in ("SelectTypeParameters=CR_CPU", "AccountingStorageType=accounting_storage/none",
                    "ProctrackType=proctrack/linuxproc", "NodeName=node3 NodeAddr=10.77.0.13",
-                   "CPUs=4", "PartitionName=lab Nodes=node[1-3]", "OverSubscribe=NO"):
+                   "CPUs=4", "PartitionName=lab Nodes=node[1-3]", "OverSubscribe=NO",
+                   # urgent's jobs requeue lab's after their warning signal and a grace time
+                   "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE",
+                   "SlurmctldParameters=preempt_send_user_signal",
+                   "PriorityTier=1 PreemptMode=REQUEUE GraceTime=30",
+                   "PartitionName=urgent Nodes=node[1-3]", "PriorityTier=2 PreemptMode=OFF"):
         assert needle in conf, needle
 
 

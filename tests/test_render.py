@@ -134,9 +134,10 @@ def test_program_args_reach_the_slurm_program_verbatim(tmp_path):
                            program="prog.py", program_args=ARGS)
     lines = script.splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("srun "))
-    last = lines.index("rc=$?")
+    last = lines.index("srun_pid=$!")
     cmd = "\n".join(lines[first:last]).split(" ", 3)[3]  # without srun and its two options
-    assert cmd.startswith("bash -c 'exec ")
+    assert cmd.startswith("bash -c 'trap \"\" USR1; exec ")  # torchrun ignores the warning
+    cmd = cmd.removesuffix(" &")  # the job script waits for it in the background
     env = {**os.environ, "TORCHRUN": str(_fake_torchrun(tmp_path)), "PROGRAM": "prog.py",
            "SLURM_NNODES": "2", "SLURM_NODEID": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
     p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -149,7 +150,7 @@ def test_default_program_args_are_megatron_flags_for_the_training_script_only():
     """pretrain_gpt.py gets the run's Megatron-LM flags (config.json in $LABKIT_CONFIG); any
     other program given a run gets --config (the rule in labkit/render.py's docstring)."""
     sbatch = render_sbatch(SPEC_CPU, MINI, RUN_DIR)
-    assert sbatch.count("""\"$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}"\n""") == 1
+    assert sbatch.count("""\"$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}" &\n""") == 1
     assert 'export LABKIT_CONFIG="$RUN_DIR/config.json"\n' in sbatch
     assert "    --tensor-model-parallel-size 2\n    --pipeline-model-parallel-size 2\n" in sbatch
     assert '"$PROGRAM" "${MEGATRON_ARGS[@]}" &' in render_local(SPEC_CPU, RUN_DIR)

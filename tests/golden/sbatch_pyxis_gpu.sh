@@ -87,6 +87,19 @@ LOGGING_ARGS=(
 MEGATRON_ARGS=("${PARALLELISM_ARGS[@]}" "${MODEL_ARGS[@]}" "${BATCH_ARGS[@]}"
                "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "${LOGGING_ARGS[@]}")
 
+# ---- Warning signal: Slurm's SIGUSR1 before the time limit or a preemption (--signal=B:USR1@S)
+# reaches this script only; it passes it on to every training process (scancel --signal: all
+# steps, on every node), which save a checkpoint at the next iteration and stop (exit code 75).
+# torchrun itself ignores it (trap "" below), or it would die of it. A job Slurm requeued (node
+# failure, preemption, `scontrol requeue`) runs this script again: one attempt each, this log appended.
+ATTEMPT=$((${SLURM_RESTART_COUNT:-0} + 1))
+echo "[job] attempt $ATTEMPT of job $SLURM_JOB_ID starts $(date '+%F %T') on $SLURM_JOB_NODELIST"
+forward_warning() {
+  echo "[job] SIGUSR1 from Slurm at $(date '+%F %T'): asking the training to save and stop"
+  scancel --signal=USR1 "$SLURM_JOB_ID"
+}
+trap forward_warning USR1
+
 # The head node (node rank 0) hosts torchrun's rendezvous. The port comes from the job id,
 # so two jobs that share a node never fight over one fixed port.
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -95,11 +108,23 @@ echo "[job] $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous at $MASTER_ADDR:$MA
 
 # ---- Command: one torchrun agent per node, 8 processes each ---------------------------------
 # Single quotes: $SLURM_NODEID must expand on each node, not here on the head node. The
-# program's arguments follow the quoted command and reach it as "$@".
-srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/shared/labkit:/shared/labkit bash -c 'exec "$TORCHRUN" \
+# program's arguments follow the quoted command and reach it as "$@". In the background with
+# `wait`: bash runs a trap only between commands, and `wait` is one it interrupts.
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/shared/labkit:/shared/labkit bash -c 'trap "" USR1; exec "$TORCHRUN" \
     --nnodes "$SLURM_NNODES" --node_rank "$SLURM_NODEID" --nproc_per_node 8 \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-    "$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}"
+    "$PROGRAM" "$@"' program "${MEGATRON_ARGS[@]}" &
+srun_pid=$!
+wait "$srun_pid"
 rc=$?
+while kill -0 "$srun_pid" 2>/dev/null; do wait "$srun_pid"; rc=$?; done  # a trap ended the wait
+if [ "$rc" -ne 0 ] && [ "$(cat "$RUN_DIR/exit_code" 2>/dev/null)" = 75 ]; then
+  rc=75   # the training saved a checkpoint on the warning signal and stopped
+fi
 echo "$rc" > "$RUN_DIR/exit_code"   # the final state never depends on Slurm accounting
+echo "[job] attempt $ATTEMPT of job $SLURM_JOB_ID ends $(date '+%F %T'): exit code $rc"
+if [ "$rc" -eq 75 ] && scontrol show job "$SLURM_JOB_ID" | grep -q ' Requeue=1'; then
+  echo "[job] requeueing job $SLURM_JOB_ID (--requeue): its next attempt resumes from that checkpoint"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
 exit "$rc"

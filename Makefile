@@ -26,11 +26,17 @@ data: setup
 lab: setup data
 	$(VENV)/bin/labkit regress --profile cpu --backend local --out runs/lab
 
+# Two pytest-xdist workers: the tiers that need the whole machine (mini-cluster, users, trainings,
+# notebooks, browser) run one after another on one of them (tests/conftest.py, SERIAL_TIERS), the
+# pure and fake-Slurm tests on the other. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: setup data
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slurm and not engine and not notebooks and not browser and not users" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slurm and not engine and not notebooks and not browser and not users" $(PYTEST_ARGS)
 
 # The fast tiers N times, each in its own shuffled order, beside HOGS busy processes: names every
 # test that failed even once (benchmarks/README.md, "A suite you can trust").

@@ -43,6 +43,34 @@ def test_layout(fixture, layout):
     assert parse_log(FIX / fixture).to_dict()["layout"] == layout
 
 
+_SPAWNED = ("[2025-12-28 05:01:38,135] [INFO] [launch.py:272:main] process 649291 spawned with command: "
+            "['/usr/bin/python', '-u', 'pretrain_gpt.py', '--local_rank=0', {flags}]")
+
+
+@pytest.mark.parametrize("flags, want", [
+    ("'--tensor-model-parallel-size', '2', '--pipeline-model-parallel-size', '4'", (2, 4, None)),
+    ("'--tensor-model-parallel-size=8', '--context-parallel-size=2'", (8, None, 2)),
+    ("'--model-parallel-size', '4'", (4, None, None)),  # Megatron v1, gpt-neox: tensor parallel
+    ("'--encoder-tensor-model-parallel-size', '2', '--expert-model-parallel-size', '8'", (None, None, None)),
+])
+def test_tp_and_pp_from_flags_on_a_launcher_command_line(flags, want, tmp_path):
+    """A log with no ``using world size`` line and no argument block states its layout in the
+    flags a launcher (or a shell's ``set -x``, or a harness) echoes; the layout line wins."""
+    for prefix in ("", "stdout: ", "3: + "):
+        d = parse_lines([prefix + _SPAWNED.format(flags=flags), ENGINE_LINE]).to_dict()
+        assert (d["layout"]["tp"], d["layout"]["pp"], d["layout"]["cp"]) == want, prefix
+    nemo = parse_lines(["trainer.devices=8 model.tensor_model_parallel_size=2 "
+                        "model.pipeline_model_parallel_size=1", ENGINE_LINE]).to_dict()
+    assert (nemo["layout"]["tp"], nemo["layout"]["pp"]) == (2, 1)
+    stated = parse_lines(["using world size: 8, data-parallel size: 4, tensor-model-parallel size: 1, "
+                          "pipeline-model-parallel size: 2", _SPAWNED.format(flags=flags)]).to_dict()
+    assert (stated["layout"]["tp"], stated["layout"]["pp"]) == (1, 2)
+    log = tmp_path / "log.txt"
+    log.write_text("stdout: " + _SPAWNED.format(flags=flags) + "\n" + ENGINE_LINE + "\n")
+    d = parse_log(log).to_dict()
+    assert (d["layout"]["tp"], d["layout"]["pp"], d["layout"]["cp"]) == want
+
+
 def test_engine_format_line():
     p = parse_lines([ENGINE_LINE])
     row = _it(p.iterations, 5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -14,7 +16,36 @@ _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
                "context_parallel_size": "cp"}
 
-def layout_of(col: Any) -> dict[str, int | None]:
+# Megatron's parallel sizes as flags on a command line a launcher or script echoes: DeepSpeed's
+# ``spawned with command: ['python', ..., '--tensor-model-parallel-size', '2', ...]``, a shell's
+# ``+ torchrun ... --pipeline-model-parallel-size=4``, NeMo's ``model.tensor_model_parallel_size=2``,
+# Megatron v1's and gpt-neox's ``--model-parallel-size`` (tensor parallel).
+_FLAG = re.compile(r"(?:--|\bmodel\.)(tensor[-_]model|pipeline[-_]model|context|model)[-_]parallel[-_]size"
+                   r"""(?:=|['"]?,?[ \t]{1,4}['"]?)(\d{1,6})(?![\d.])""")
+_FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
+HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
+
+
+def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
+    """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
+    value of each)."""
+    out: dict[str, int] = {}
+    seen = 0
+    for raw in lines:
+        seen += len(raw)
+        if seen > limit:
+            break
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        if "parallel" in text:
+            for m in _FLAG.finditer(text):
+                out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
+    return out
+
+
+def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict[str, int | None]:
+    """The layout the log states: its ``using world size`` line, else the argument block, the
+    DeepSpeed launcher's world, and Megatron's flags on a command line in ``head()`` (the log's
+    lines, read only when TP or PP is still unknown)."""
     lay: dict[str, int | None] = dict(col.layout)
     for arg, key in _ARG_LAYOUT.items():
         if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
@@ -22,6 +53,10 @@ def layout_of(col: Any) -> dict[str, int | None]:
     for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
         if lay.get(key) is None and key in col.launcher:
             lay[key] = col.launcher[key]
+    if head is not None and (lay.get("tp") is None or lay.get("pp") is None):
+        for key, v in launcher_flags(head()).items():
+            if lay.get(key) is None:
+                lay[key] = v
     ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
     if lay.get("dp") is None and ws and tp and pp:
         lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed

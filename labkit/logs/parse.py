@@ -11,7 +11,7 @@ iteration lines) make the collector ``busy``: every line is then fed until they 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,7 +336,7 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
     elif _wants_loop_lines(col):
         for p in paths:
             loops.add_lines(col, iter_file(p), _EVERY_LINE_BYTES)
-    return _result(col, [str(p) for p in paths])
+    return _result(col, [str(p) for p in paths], lambda: (ln for p in paths for ln in iter_file(p)))
 
 
 def _wants_loop_lines(col: _Collector) -> bool:
@@ -371,11 +371,11 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
         col.flush()
     elif _wants_loop_lines(col):
         loops.add_lines(col, lines, _EVERY_LINE_BYTES)
-    return _result(col, [])
+    return _result(col, [], lambda: lines)
 
 
-def _result(col: _Collector, sources: list[str]) -> ParsedLog:
-    layout = layout_of(col)
+def _result(col: _Collector, sources: list[str], head: Callable[[], Iterable]) -> ParsedLog:
+    layout = layout_of(col, head)
     failures = rank_failures(col.scanner.failures)
     its = iterations_frame(col, layout)
     return ParsedLog(

@@ -12,12 +12,16 @@ setup: $(STAMP)
 
 # torch==2.13.0 is installed on its own first: on a CPU-only machine pip then finds the local
 # CPU wheel instead of pulling a CUDA build through megatron-core's dependencies.
+# The class's JupyterHub (`labkit class hub`) takes its proxy, configurable-http-proxy, from npm
+# (apt-get install nodejs npm): installed under the venv, where labkit.hub looks for it.
+CHP_VERSION := 5.3.0
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,deepspeed]"
+	$(PY) -m pip install --quiet -e ".[dev,deepspeed,hub]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	npm install --silent --no-fund --no-audit --prefix $(VENV)/node configurable-http-proxy@$(CHP_VERSION)
 	touch $@
 
 data: setup

@@ -57,6 +57,26 @@ def ensure_venv(venv: Path = VENV) -> Path:
     return venv / "bin" / "python"
 
 
+def hub_pins() -> list[str]:
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return sorted(data["project"]["optional-dependencies"]["hub"])
+
+
+def ensure_hub(venv: Path = VENV) -> None:
+    """The ``hub`` extra (jupyterhub, batchspawner, ...) in the venv: the students' servers run
+    ``batchspawner-singleuser jupyterhub-singleuser`` from it. Added beside the project's pins
+    (nothing of theirs changes), so the venv is not rebuilt."""
+    stamp = venv / ".labkit-hub-pins.json"
+    try:
+        if json.loads(stamp.read_text()) == hub_pins():
+            return
+    except (OSError, ValueError):
+        pass
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", *hub_pins()], check=True)
+    stamp.write_text(json.dumps(hub_pins()))
+
+
 def shared_checkout(dst: Path, venv: Path = VENV) -> Path:
     """This working tree's files (tracked and new, as git lists them) and data/, copied to
     ``dst`` (readable by all), and the venv pointed at it (a .pth file): the class's shared

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from labkit.classroom import cancel_all, class_cancel_all, class_clean, class_status, clean
+from labkit.cli import hub
 from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, site_of, warn
 
 _keep_last = int_at_least(0)
@@ -57,6 +58,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         description="labkit clean for every student (root, unless --dry-run).")
     _clean_options(c)
     c.set_defaults(func=cmd_class_clean)
+    hub.add_parsers(csub)
 
 
 def _show_freed(freed: list, as_json: bool, dry_run: bool) -> None:  # list of Freed

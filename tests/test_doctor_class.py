@@ -141,3 +141,43 @@ def test_students_without_class_is_refused():
 
     with pytest.raises(ConfigError, match="--class --students 3"):
         doctor.run_doctor(students=3, checks=[])
+
+
+@pytest.fixture
+def open_dir():
+    """A folder every user may enter (pytest's own tmp_path is root's alone)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix="labkit-doctor-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def test_class_solutions_readable_by_students_is_a_warning(open_dir):
+    from labkit.doctor.sitechecks import check_class_solutions
+
+    checkout = open_dir / "labkit"
+    sol = checkout / "notebooks" / "solutions"
+    sol.mkdir(parents=True)
+    (checkout / "code").mkdir()
+    answer = sol / "01_single_node.ipynb"
+    answer.write_text("{}")
+    for d in (checkout, checkout / "notebooks", sol):
+        d.chmod(0o755)
+    answer.chmod(0o644)
+    ctx = doctor.Context(profile=ClusterProfile(name="class", code_dir=str(checkout / "code")))
+    r = check_class_solutions(ctx)
+    assert r.status == "WARN" and str(sol) in r.detail and "1 notebook" in r.detail, r
+    assert f"chmod -R o-rwx {sol}" in r.fix
+    sol.chmod(0o750)
+    answer.chmod(0o640)
+    r = check_class_solutions(ctx)
+    assert r.status == "PASS" and "not readable" in r.detail, r
+    answer.chmod(0o644)  # a readable file in a folder others cannot enter stays closed
+    assert check_class_solutions(ctx).status == "PASS"
+    sol.chmod(0o751)  # ... but a folder others may enter opens it
+    assert check_class_solutions(ctx).status == "WARN"
+    assert "class_solutions" in [n for n, _ in doctor.CLASS_CHECKS]

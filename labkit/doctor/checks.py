@@ -365,4 +365,5 @@ CHECKS: list[tuple[str, CheckFn]] = [
 CLASS_CHECKS: list[tuple[str, CheckFn]] = [
     ("class_run_root", sitechecks.check_class_run_root),
     ("class_fit", sitechecks.check_class_fit),
+    ("class_solutions", sitechecks.check_class_solutions),
 ]

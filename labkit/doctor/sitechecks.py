@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from labkit.config import RunConfig
 from labkit.doctor.fit import class_fit, node_slots, partition_nodes
 from labkit.doctor.result import FAIL, PASS, SKIP, WARN, Result
+from labkit.paths import NOTEBOOK_DIR
 
 if TYPE_CHECKING:
     from labkit.doctor.context import Context
@@ -198,6 +199,36 @@ def check_class_run_root(ctx: Context) -> Result:
                       f"read: {e.strerror}", f"mkdir -p {parent} && chmod 1777 {parent}")
     return Result(name, status, f"created and removed a folder in my run root {mine}; for other "
                   f"users only the folder their run roots go in can be checked: {detail}", fix)
+
+
+def _world_readable(path: Path) -> bool:
+    """Anyone may read ``path``: it and every folder above it are open to others."""
+    need = 0o005 if path.is_dir() else 0o004  # a folder: list and enter; a file: read
+    if path.stat().st_mode & need != need:
+        return False
+    return all(p.stat().st_mode & 0o001 for p in path.resolve().parents)
+
+
+def check_class_solutions(ctx: Context) -> Result:
+    """The shared checkout's notebooks/solutions/ must not be readable by the students."""
+    name = "class: solutions kept from students"
+    p = ctx.profile
+    base = Path(p.code_dir).parent if p is not None and p.code_dir else NOTEBOOK_DIR.parent
+    sol = base / "notebooks" / "solutions"
+    if not sol.is_dir():
+        return Result(name, PASS, f"no {sol} in the shared checkout")
+    try:
+        open_files = [f.name for f in sorted(sol.glob("*.ipynb")) if _world_readable(f)]
+        listable = _world_readable(sol)
+    except OSError as e:
+        return Result(name, WARN, f"cannot read the modes of {sol}: {e.strerror}",
+                      f"check by hand that students cannot read {sol}")
+    if not open_files and not listable:
+        return Result(name, PASS, f"{sol} is not readable by other users")
+    return Result(name, WARN, f"{sol} is readable by every user ({len(open_files)} notebook(s)"
+                  f"{', and listable' if listable else ''}): the students can open the answers",
+                  f"chmod -R o-rwx {sol} (or chgrp -R instructors and chmod -R g+rX,o-rwx); the "
+                  f"hand-out (labkit class handout) never copies it")
 
 
 def check_class_fit(ctx: Context) -> Result:

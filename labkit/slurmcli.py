@@ -124,6 +124,29 @@ def job_record(conf: str | None, job_id: str) -> tuple[str, str, int | None] | N
     return st.group(1), name.group(1) if name else "", int(uid.group(1)) if uid else None
 
 
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/]*)=")
+
+
+def job_fields(conf: str | None, job_id: str) -> dict[str, str] | None:
+    """``scontrol -o show job ID`` as {field: value} (JobState, Reason, Restarts, Requeue,
+    NodeList, BatchHost, ExitCode, StartTime, EndTime, Partition, ...); None when scontrol does
+    not know the job (or fails). A value runs to the next `` Field=`` (names may hold spaces)."""
+    p = run(["scontrol", "-o", "show", "job", job_id], slurm_conf=conf)
+    if p.returncode or "JobState=" not in p.stdout:
+        return None
+    line = p.stdout.strip().splitlines()[0]
+    marks = list(_FIELD.finditer(line))
+    return {m.group(1): line[m.end():marks[i + 1].start() if i + 1 < len(marks) else None].strip()
+            for i, m in enumerate(marks)}
+
+
+def out_of_service(conf: str | None) -> dict[str, tuple[str, str]]:
+    """{node: (state, reason)} of the nodes Slurm holds out of service (down, drained, failing:
+    ``sinfo -R -N``), with the reason an admin or Slurm gave; {} when sinfo fails."""
+    p = run(["sinfo", "-R", "-N", "-h", "-o", "%N|%T|%E"], slurm_conf=conf, timeout=20)
+    return {n: (t, e) for n, t, e in _rows(p.stdout, 3)} if p.returncode == 0 else {}
+
+
 def accounted_state(conf: str | None, job_id: str) -> str | None:
     """The job's state in Slurm's accounting (``sacct``); None without accounting."""
     p = run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], slurm_conf=conf)

@@ -88,8 +88,16 @@ MEGATRON_ARGS=("${PARALLELISM_ARGS[@]}" "${MODEL_ARGS[@]}" "${BATCH_ARGS[@]}"
 # failure, preemption, `scontrol requeue`) runs this script again: one attempt each, this log appended.
 ATTEMPT=$((${SLURM_RESTART_COUNT:-0} + 1))
 echo "[job] attempt $ATTEMPT of job $SLURM_JOB_ID starts $(date '+%F %T') on $SLURM_JOB_NODELIST"
+# A preemption moves the job's end to now + the partition's GraceTime; a time limit does not.
+job_end() { scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'EndTime=[^ ]*'; }
+END_AT_START=$(job_end)
 forward_warning() {
-  echo "[job] SIGUSR1 from Slurm at $(date '+%F %T'): asking the training to save and stop"
+  local why="the time limit is near ($END_AT_START)" end_now
+  end_now=$(job_end)
+  if [ -n "$end_now" ] && [ "$end_now" != "$END_AT_START" ]; then
+    why="the job is being preempted ($end_now)"
+  fi
+  echo "[job] SIGUSR1 from Slurm at $(date '+%F %T'): $why; asking the training to save and stop"
   scancel --signal=USR1 "$SLURM_JOB_ID"
 }
 trap forward_warning USR1

@@ -1,0 +1,38 @@
+"""The attempts of a requeued job, read from real logs of the mini-cluster (fixtures/attempts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labkit.logs.attempts import attempts, summary
+
+FIX = Path(__file__).parent / "fixtures" / "attempts"
+
+
+def test_node_failure_then_resumed_attempt_that_completes():
+    runs = attempts((FIX / "minicluster_node_failure_requeued.txt").read_text())
+    assert [a.to_dict() for a in runs] == [
+        dict(number=1, job_id="59572551", started="2026-11-26 17:56:36", nodes="node[1-2]",
+             ended="2026-11-26 17:57:06", exit_code=None, reason="node failure",
+             resumed_from=None, last_iteration=10, requeued=False),
+        dict(number=2, job_id="59572551", started="2026-11-26 17:57:20", nodes="node[1-2]",
+             ended="2026-11-26 17:58:12", exit_code=0, reason="completed", resumed_from=5,
+             last_iteration=40, requeued=False),
+    ]
+    assert summary(runs).splitlines()[0] == (
+        "attempt 1 of job 59572551 on node[1-2], 2026-11-26 17:56:36-17:57:06: node failure, "
+        "last iteration 10")
+
+
+def test_saved_on_the_warning_signal_requeued_itself_then_cancelled():
+    runs = attempts((FIX / "minicluster_time_limit_warning_requeued.txt").read_text())
+    first, second = runs
+    assert (first.ended, first.exit_code, first.reason, first.requeued, first.last_iteration) == (
+        "2026-11-26 17:55:46", 75, "saved on SIGUSR1 at iteration 210", True, 210)
+    assert (second.started, second.resumed_from, second.ended, second.reason) == (
+        "2026-11-26 17:56:04", 210, "2026-11-26 17:56:30", "cancelled")
+    assert second.last_iteration > 210
+
+
+def test_a_log_without_attempt_lines_has_none():
+    assert attempts(" [2026-11-26 17:40:13] iteration        1/      30 | lm loss: 8.3 |\n") == []

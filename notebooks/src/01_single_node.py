@@ -4,7 +4,9 @@
 # **What you will learn**
 # - how one `RunConfig` describes a training run, and the numbers it derives;
 # - how to render and read the job script (sbatch or local launch) before submitting it;
-# - how to submit a 1-node data-parallel run and wait for it with a progress bar;
+# - how to submit a 1-node data-parallel run and wait for it with a progress bar, and check
+#   the queue before and after;
+# - how to change a run by editing its job script's Megatron-LM flags, checked by labkit;
 # - how to read the world-size line and the iteration lines as a table, and plot loss and
 #   iteration time.
 
@@ -17,6 +19,7 @@ gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations of the run; keep it small on CPU
 gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 run_name = "nb01_dp"  # the run's folder: runs/<run_name>/ (notebook 02 reuses this run)
+edit_run = "nb01_micro1"  # the run of your edited job script (05 and 07 reuse it)
 
 # %% [markdown]
 # ## 0 Versions
@@ -25,6 +28,18 @@ run_name = "nb01_dp"  # the run's folder: runs/<run_name>/ (notebook 02 reuses t
 from labkit.lab import versions
 
 versions()
+
+# %% [markdown]
+# **The queue, before you submit.** On a cluster your jobs wait behind everyone's: look first
+# (`squeue`, and labkit's own jobs: `labkit status`). Every notebook that submits shows it at its
+# start and at its end, where nothing of yours should still be running.
+
+# %%
+from labkit.lab_watch import queue_view
+from labkit.site import resolve_cluster
+
+site = resolve_cluster(cluster)  # this notebook's `cluster`, else $LABKIT_CLUSTER or the mini-cluster
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## 1 A RunConfig
@@ -73,15 +88,10 @@ print(cfg.summary())
 # in (`run_dir_of`: on a shared site, your own run root).
 
 # %%
-from labkit.lab import run_dir_of, shown
-from labkit.site import resolve_cluster
-from labkit.render import render_local, render_sbatch
-from labkit.run import JobSpec
+from labkit.lab import shown
+from labkit.script_edit import render_script
 
-if backend == "slurm":
-    script = render_sbatch(JobSpec.from_config(cfg), resolve_cluster(cluster), run_dir_of(cfg, cluster=cluster))
-else:
-    script = render_local(JobSpec.from_config(cfg), run_dir_of(cfg, cluster=cluster))
+script = render_script(cfg, cluster=site)  # sbatch on Slurm, the local launch script here
 print(shown(script))  # paths relative to the repository (the script itself has them in full)
 
 # %% [markdown]
@@ -159,10 +169,71 @@ save_compute_calibration(job.run_dir, cfg, t_iter)
 print(f"median {t_iter:.1f} ms per iteration, stored in {job.run_dir.name}/calibration.json")
 
 # %% [markdown]
+# ## 6 Edit the job script yourself
+#
+# On a cluster you would change a run by editing its sbatch script's flags. labkit keeps that
+# path safe: it writes an **editable copy** of the job script for a second run, reads your
+# flags back, checks them against the same rules as any RunConfig (a wrong combination is
+# refused here, with the numbers, before anything is queued), says what changed, and submits
+# the run; the job script it renders for that run carries exactly your flags. Only the flags of
+# the `..._ARGS=( ... )` arrays are read: the `#SBATCH` lines and paths come from the RunConfig
+# and the site profile.
+
+# %%
+from labkit.script_edit import editable_copy
+
+copy = editable_copy(cfg.replace(name=edit_run), cluster=site)
+print(f"your copy: {shown(copy)} (open it from JupyterLab's file browser)")
+
+# %% [markdown]
+# **Exercise 01.2** (edit the job script): change one Megatron-LM flag in your copy so that each
+# rank takes **one sample at a time**, while an iteration still covers the same global batch.
+# Either open the copy in JupyterLab's editor, change the flag, save, and write
+# `edited = copy.read_text()`; or change its text in Python (`copy.read_text().replace(...)`).
+# labkit checks your edit below.
+
+# %%
+from labkit.exercises import FIXME
+from labkit.script_edit import check_script_edit
+
+edited = copy.read_text().replace(f"--micro-batch-size {cfg.micro_batch_size}\n", "--micro-batch-size 1\n")  # EXERCISE
+edit = check_script_edit(edited, base=cfg.replace(name=edit_run), want={"micro_batch_size": 1},
+                         cluster=site, task="The exercise asks for one sample per rank at a "
+                         "time and the same global batch per iteration.")
+
+# %% [markdown]
+# Submit it (your edit once it passes the check; until then, the one the exercise asks for):
+
+# %%
+from labkit.script_edit import submit_edit
+
+edited_job, change = submit_edit(cfg.replace(name=edit_run), edit.value, cluster=site)
+print(f"what changed:\n{change}")
+assert edited_job.state() == "COMPLETED", edited_job.tail(30)
+print([ln for ln in edited_job.tail(400).splitlines() if "microbatch(es) of" in ln][0])
+t_edit = steady_median(parse_run(edited_job.run_dir).iterations)
+print(f"median iteration: {t_edit:.1f} ms with your edit, {t_iter:.1f} ms as rendered "
+      f"(the same samples per iteration, in {change.config.num_microbatches} microbatches "
+      f"instead of {cfg.num_microbatches})")
+
+# %% [markdown]
+# The engine's first lines say how it split the batch: the same global batch, in more, smaller
+# microbatches. Notebook 05 reuses this run as its micro batch 1 point, notebook 07 as its
+# gradient-accumulation run.
+#
+# **The queue, after.** Nothing of yours should be left running:
+
+# %%
+print(queue_view(backend=backend, cluster=site))
+
+# %% [markdown]
 # ## Summary
 #
 # - A `RunConfig` is the one description of a run; `summary()` prints what it implies.
-# - Read the rendered script before submitting; `launch` submits and waits.
+# - Read the rendered script before submitting; `launch` submits and waits. Check the queue
+#   before you submit and when you are done.
+# - You changed a run by editing its job script's flags: labkit read them back, checked them
+#   like any config, said what changed, and ran exactly what you wrote.
 # - The log's world-size line confirms the layout; `parse_run` gives iterations and memory as
 #   DataFrames, ready to plot.
 # - Your run's median iteration time is stored with it and calibrates the planner's time

@@ -18,28 +18,23 @@ def pytest_addoption(parser):
                           "dependence shows up as a failure; benchmarks/repeat_tests.py uses it)")
 
 
-# The tiers that share one machine-wide thing (the mini-cluster, Unix users, the cores a training
-# takes): under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) they all run on one
-# worker, one after another, while the other worker takes the pure and fake-Slurm tests.
-SERIAL_TIERS = ("slurm", "engine", "notebooks", "browser", "users", "gpu")
-SERIAL_FIXTURES = {"slurm_cluster", "cpu_oom_run"}  # session-wide: one per worker would be two
+# The tiers `make test` runs one after another in one process (Makefile, SLOW_TIERS); the others
+# run in parallel pytest-xdist workers, so a test there must not take a machine-wide fixture.
+SLOW_TIERS = ("slurm", "engine", "notebooks", "browser", "users", "gpu")
+MACHINE_WIDE = {"slurm_cluster", "cpu_oom_run"}
 
 
 def pytest_collection_modifyitems(config, items):
+    loose = [i.nodeid for i in items if MACHINE_WIDE & set(getattr(i, "fixturenames", ()))
+             and not any(i.get_closest_marker(t) for t in SLOW_TIERS)]
+    if loose:
+        raise pytest.UsageError(f"{loose} use {sorted(MACHINE_WIDE)} without a marker of "
+                                f"{SLOW_TIERS}: mark them (tests/conftest.py)")
     seed = config.getoption("--shuffle")
     if seed is not None:
         import random
 
         random.Random(seed).shuffle(items)
-    if getattr(config.option, "dist", "no") == "no":
-        return
-    serial = [i for i in items if any(i.get_closest_marker(t) for t in SERIAL_TIERS)
-              or SERIAL_FIXTURES & set(getattr(i, "fixturenames", ()))]
-    for item in serial:
-        item.add_marker(pytest.mark.xdist_group("serial"))
-    if seed is None:  # the long serial group first, so that the pure tests fill the other worker
-        first = set(map(id, serial))
-        items[:] = serial + [i for i in items if id(i) not in first]
 
 
 def pytest_report_header(config):

@@ -182,6 +182,11 @@ def sbatch_options(spec: JobSpec, cluster: ClusterProfile, run_dir: Path) -> lis
             opts.append(f"--{n}={getattr(cluster, n)}")
     if cluster.exclusive:
         opts.append("--exclusive")
+    if cluster.requeue is not None:
+        opts.append("--requeue" if cluster.requeue else "--no-requeue")
+    if cluster.warning_s:
+        # To the batch script only (B:), which forwards it to the training (job script).
+        opts.append(f"--signal=B:USR1@{cluster.warning_s}")
     # '%' would be a Slurm filename pattern (%j, %N); '%%' is a literal percent sign.
     opts.append(f"--output={str(Path(run_dir) / 'log.txt').replace('%', '%%')}")
     opts.append("--open-mode=append")

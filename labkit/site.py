@@ -57,6 +57,15 @@ class ClusterProfile:
     mem: str | None = None
     """Slurm ``--mem`` per node, e.g. ``200G``; None: the partition's default."""
     exclusive: bool = False
+    requeue: bool | None = None
+    """Slurm ``--requeue``: a job whose node fails, that is preempted, or that saved on the
+    warning signal goes back to the queue and its next attempt resumes from the last checkpoint
+    (the log is appended to); ``false``: ``--no-requeue``; None: the site's ``JobRequeue``."""
+    warning_s: int | None = 120
+    """Seconds before the time limit at which Slurm sends SIGUSR1 to the job script
+    (``--signal=B:USR1@S``; also at a preemption where the site sets
+    ``preempt_send_user_signal``): the training saves a checkpoint at the next iteration and
+    stops (exit code 75). Slurm may send it up to 60 s earlier. 0 or None: no warning."""
     modules: tuple[str, ...] = ()
     """``module load`` lines run before the launch (e.g. ``cuda/12.4``, ``nccl``)."""
     setup: tuple[str, ...] = ()
@@ -203,6 +212,12 @@ def _check(p: ClusterProfile) -> list[str]:
         out.append(f"cpus_per_task={p.cpus_per_task!r:.40} must be a positive integer or null")
     if not isinstance(p.exclusive, bool):
         out.append(f"exclusive={p.exclusive!r:.40} must be true or false")
+    if p.requeue is not None and not isinstance(p.requeue, bool):
+        out.append(f"requeue={p.requeue!r:.40} must be true, false or null (the site's default)")
+    w = p.warning_s
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= 65_535):
+        out.append(f"warning_s={w!r:.40} must be whole seconds before the time limit, 0-65535 "
+                   f"(e.g. 120), or 0/null for no warning signal")
     for n in ("modules", "setup", "sbatch_extra"):
         v = getattr(p, n)
         if not isinstance(v, tuple):

@@ -11,6 +11,7 @@
 #SBATCH --cpus-per-task=8
 #SBATCH --gpus-per-node=8
 #SBATCH --time=00:30:00
+#SBATCH --signal=B:USR1@120
 #SBATCH --output=/shared/labkit/runs/demo/log.txt
 #SBATCH --open-mode=append
 

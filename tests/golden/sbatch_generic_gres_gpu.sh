@@ -16,6 +16,7 @@
 #SBATCH --qos=normal
 #SBATCH --mem=200G
 #SBATCH --exclusive
+#SBATCH --signal=B:USR1@120
 #SBATCH --output=/shared/labkit/runs/demo/log.txt
 #SBATCH --open-mode=append
 

@@ -11,6 +11,8 @@
 #SBATCH --cpus-per-task=2
 #SBATCH --time=00:20:00
 #SBATCH --partition=lab
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
 #SBATCH --output=/shared/labkit/runs/demo/log.txt
 #SBATCH --open-mode=append
 

@@ -14,6 +14,7 @@
 #SBATCH --partition=batch
 #SBATCH --account=workshop
 #SBATCH --exclusive
+#SBATCH --signal=B:USR1@120
 #SBATCH --output=/shared/labkit/runs/demo/log.txt
 #SBATCH --open-mode=append
 

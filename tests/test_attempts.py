@@ -36,3 +36,10 @@ def test_saved_on_the_warning_signal_requeued_itself_then_cancelled():
 
 def test_a_log_without_attempt_lines_has_none():
     assert attempts(" [2026-11-26 17:40:13] iteration        1/      30 | lm loss: 8.3 |\n") == []
+
+
+def test_preempted_saved_on_the_warning_and_resumed_to_the_end():
+    runs = attempts((FIX / "minicluster_preempted_requeued.txt").read_text())
+    assert [(a.number, a.reason, a.exit_code, a.resumed_from, a.last_iteration, a.requeued)
+            for a in runs] == [(1, "saved on SIGUSR1 (preemption) at iteration 20", 75, None, 20, True),
+                               (2, "completed", 0, 20, 40, False)]

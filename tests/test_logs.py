@@ -71,6 +71,24 @@ def test_tp_and_pp_from_flags_on_a_launcher_command_line(flags, want, tmp_path):
     assert (d["layout"]["tp"], d["layout"]["pp"], d["layout"]["cp"]) == want
 
 
+def test_megatron_deepspeed_pipeline_and_deepspeed_config_world_size():
+    """Megatron-DeepSpeed prints Megatron v1's layout line (model parallel = tensor parallel) and
+    its pipeline in the argument block; DeepSpeed prints its world size in its config dump."""
+    v1 = "using world size: 64 and model-parallel size: 4 "
+    args = ["------------------------ arguments ------------------------",
+            "  model_parallel_size ............. 4", "  pipe_parallel_size .............. 16",
+            "-------------------- end of arguments ---------------------"]
+    d = parse_lines([v1, *args, ENGINE_LINE]).to_dict()
+    assert d["layout"] == {"world_size": 64, "tp": 4, "pp": 16, "dp": 1, "cp": None}
+    d = parse_lines([v1, ENGINE_LINE]).to_dict()  # v1 alone: no pipeline
+    assert d["layout"] == {"world_size": 64, "tp": 4, "pp": 1, "dp": 16, "cp": None}
+    ds = ("[2021-05-25 06:30:55,345] [INFO] [config.py:752:print]   world_size ................... 32",
+          "[2021-05-25 06:30:55,343] [INFO] [logging.py:60:log_dist] [Rank 0] step=0, skipped=0, lr=[5e-05], "
+          "mom=[[0.9, 0.999]]")
+    d = parse_lines(list(ds)).to_dict()
+    assert d["layout"] == {"world_size": 32, "tp": None, "pp": None, "dp": None, "cp": None}
+
+
 def test_engine_format_line():
     p = parse_lines([ENGINE_LINE])
     row = _it(p.iterations, 5)

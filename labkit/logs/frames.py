@@ -13,8 +13,8 @@ ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "glob
                 "samples_per_sec", "tokens_per_sec", "timestamp"]
 LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
 _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
-               "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
-               "context_parallel_size": "cp"}
+               "pipeline_model_parallel_size": "pp", "pipe_parallel_size": "pp",  # Megatron-DeepSpeed
+               "data_parallel_size": "dp", "context_parallel_size": "cp"}
 
 # Megatron's parallel sizes as flags on a command line a launcher or script echoes: DeepSpeed's
 # ``spawned with command: ['python', ..., '--tensor-model-parallel-size', '2', ...]``, a shell's
@@ -47,12 +47,15 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
     DeepSpeed launcher's world, and Megatron's flags on a command line in ``head()`` (the log's
     lines, read only when TP or PP is still unknown)."""
     lay: dict[str, int | None] = dict(col.layout)
+    v1 = lay.pop("v1", None)  # Megatron v1's "using world size: N and model-parallel size: M"
     for arg, key in _ARG_LAYOUT.items():
         if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
             lay[key] = int(col.args[arg])
     for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
         if lay.get(key) is None and key in col.launcher:
             lay[key] = col.launcher[key]
+    if v1 and lay.get("pp") is None:
+        lay["pp"] = 1
     if head is not None and (lay.get("tp") is None or lay.get("pp") is None):
         for key, v in launcher_flags(head()).items():
             if lay.get(key) is None:

@@ -266,9 +266,9 @@ def parse_layout(text: str) -> dict[str, int] | None:
     if "using world size" not in text:
         return None
     m = _WS_OLD.search(text)
-    if m:  # Megatron v1 (2020): model parallel meant tensor parallel
-        ws, mp = int(m.group(1)), int(m.group(2))
-        return {"world_size": ws, "tp": mp, "pp": 1, "dp": ws // mp if mp else None}
+    if m:  # Megatron v1 (2020): model parallel meant tensor parallel, and there was no pipeline
+        # (frames.layout_of makes pp 1 unless Megatron-DeepSpeed's pipe_parallel_size says more)
+        return {"world_size": int(m.group(1)), "tp": int(m.group(2)), "v1": 1}
     m = _WS.search(text)
     if m is None:
         return None
@@ -319,8 +319,10 @@ def parse_theoretical_memory(text: str) -> dict[str, float] | None:
     return out
 
 
-# Megatron prints every argument once: "  seq_length ...................................... 1024"
-_ARG = re.compile(r"^\s{1,4}([a-z_][a-z0-9_]{0,60}) \.{3,80} (.{0,200})$")
+# Megatron prints every argument once: "  seq_length ...................................... 1024";
+# DeepSpeed its config the same way, after its logger's place: "[config.py:752:print]   world_size
+# ................... 16" (world_size: the number of processes)
+_ARG = re.compile(r"^(?:\[[\w.]{1,60}:\d{1,7}:print\])?\s{1,4}([a-z_][a-z0-9_]{0,60}) \.{3,80} (.{0,200})$")
 
 
 def parse_argument(text: str) -> tuple[str, str] | None:

@@ -88,7 +88,7 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
     """Submit ``cfg`` (its own backend) and wait; returns the ``Job``.
 
     With ``reuse`` a run of the very same config that already finished with exit code 0 is
-    returned instead of training again (notebook 02 reuses 01's run this way). Otherwise an
+    returned instead of training again (notebooks 05 and 07 reuse 01's run this way). Otherwise an
     earlier run directory of the same name is moved aside (never deleted) and the job starts;
     one whose job is still PENDING or RUNNING, or that belongs to another user, is refused
     (SubmissionError naming the job and how to cancel it). The directory is ``run_dir_of(cfg,

@@ -5,18 +5,23 @@
 # - how a 2-node job is described and what its sbatch script asks Slurm for;
 # - how to confirm the world size from the log;
 # - how iteration time changes from 1 node to 2 nodes, and what scaling efficiency means;
-# - what your environment can and cannot show: on the local backend both "nodes" are processes
-#   on this machine, so there is no network between them.
+# - how long the gradient all-reduce across the link between nodes takes: predicted from the
+#   gradient bytes and the link's rate, then measured.
+#
+# On the local backend every node is its own network namespace on this machine, and the link
+# between nodes is shaped (1 Gbit/s unless `LABKIT_LINK_RATE` says otherwise): traffic inside a
+# node stays on its loopback, traffic between nodes crosses the slow link, as on a cluster.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
 backend = "local"  # "local": processes on this machine (no Slurm needed); "slurm": sbatch
 cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUSTER or the mini-cluster
 nodes = 2  # nodes of the multi-node run
-gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
+gpus_per_node = 1  # GPUs per node (training processes per node on CPU: 2 nodes x 1 fit 2 cores)
 train_iters = 10  # iterations per run; keep it small on CPU
 gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
-one_node_run = "nb01_dp"  # the 1-node run of notebook 01 (reused when it exists)
+one_node_run = "nb02_1node"  # the 1-node run's folder under runs/
+link_gbps = None  # the link between your nodes in Gbit/s; None: read from the job where labkit can
 run_name = "nb02_dp_2nodes"  # the 2-node run's folder under runs/
 
 # %% [markdown]
@@ -31,7 +36,8 @@ versions()
 # ## 1 One node and two nodes
 #
 # For **weak scaling** each rank keeps the same work: the global batch grows with the number
-# of ranks. The 1-node run is notebook 01's (reused when it already ran with the same config).
+# of ranks. On CPU each rank gets one thread, and the 2-node run has no more ranks than this
+# machine has cores, so what it adds is the network, not ranks fighting for cores.
 
 # %%
 from labkit.config import RunConfig
@@ -42,6 +48,15 @@ one = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=one_
 two = one.replace(name=run_name, nodes=nodes, global_batch_size=one.global_batch_size * nodes,
                   nccl_debug=profile == "gpu")  # NCCL_DEBUG=INFO: notebook 03 reads its lines
 print(two.summary())
+
+import os
+
+cores = os.cpu_count()
+if two.device == "cpu":
+    print(f"core budget: {two.world_size} rank(s) x {os.environ.get('OMP_NUM_THREADS', '1')} "
+          f"thread(s) on this machine's {cores} core(s)"
+          + ("" if two.world_size <= cores else
+             " (more ranks than cores: they also compete for the cores)"))
 
 # %% [markdown]
 # ## 2 The sbatch script of a 2-node job
@@ -62,8 +77,7 @@ print(shown("\n".join(ln for ln in script.splitlines() if ln.startswith(("#SBATC
 # %% [markdown]
 # ## 3 One node first
 #
-# The 1-node run (notebook 01's, reused when it exists) gives your baseline: its median
-# iteration time `t1`.
+# The 1-node run gives your baseline: its median iteration time `t1`.
 
 # %%
 from labkit.lab import launch, steady_median
@@ -72,7 +86,7 @@ from labkit.logs import load_runs
 job1 = launch(one, cluster=cluster)
 assert job1.state() == "COMPLETED", job1.tail(30)
 t1 = steady_median(load_runs([job1.run_dir]))
-print(f"1 node ({one.world_size} ranks): median {t1:.1f} ms per iteration")
+print(f"1 node ({one.world_size} rank(s)): median {t1:.1f} ms per iteration")
 
 # %% [markdown]
 # **Exercise 02.1** (predict): the 2-node run gives every rank the same work as the 1-node run
@@ -97,6 +111,11 @@ print(f"ideal 2-node time: {ideal_t2:.1f} ms per iteration")
 job2 = launch(two, cluster=cluster)
 assert job2.state() == "COMPLETED", job2.tail(30)
 print([ln for ln in job2.tail(400).splitlines() if "using world size" in ln][0])
+
+from labkit.measured.link import job_link
+
+link = job_link(job2.run_dir, backend=backend, cluster=resolve_cluster(cluster))
+print("between the nodes:", link.said)
 
 # %% [markdown]
 # ## 5 Iteration time and scaling efficiency
@@ -143,54 +162,108 @@ record_run("dp_2nodes", r2.iterations, r2.memory)
 record("weak_scaling_efficiency", eff.value)
 
 # %% [markdown]
-# ## 6 What your numbers say
+# ## 6 The gradient all-reduce across the link
 #
-# The lesson is the comparison you just measured, read for the environment it was measured in:
-# - **local backend**: both "nodes" are groups of processes on this machine. They talk over
-#   loopback and share its CPU cores; there is no network to measure. (labkit does not shape
-#   loopback here: that would slow the traffic inside a "node" as much as between them; the
-#   mini-cluster gives every node its own network namespace and a shaped link instead.)
-# - **the mini-cluster** (`sudo labkit cluster up`, then `backend="slurm"`): the link between
-#   its nodes is shaped like a slow network, but its nodes still share this machine's cores.
-# - **a real cluster**: separate machines; the slowdown is the gradient all-reduce over the
-#   network (and any straggler).
+# In data parallelism every rank all-reduces its gradients once per iteration. Their size is
+# the parameters of a rank times the bytes of one gradient; labkit reads the parameters from the
+# run's log, and the link's rate from the job (what its nodes were built with), not from a
+# constant.
 
 # %%
-import os
+from labkit.measured.link import reference
 
-from labkit.site import resolve_cluster
+bytes_per_grad = 4 if two.precision == "fp32" else 2  # fp32 gradients; bf16/fp16 halve them
+n_params = int(r2.params["parameters"].max())
+grad_bytes = n_params * bytes_per_grad
+ranks = two.world_size
+if link_gbps is not None:
+    rate_bps, rate_from = link_gbps * 1e9, "link_gbps, the parameter you set"
+elif link.bits_per_s is not None:
+    rate_bps, rate_from = link.bits_per_s, "this job's link"
+else:
+    ref = reference()
+    rate_bps = ref["link_bits_per_s"]
+    rate_from = (f"the REFERENCE link ({ref['machine']}, {ref['date']}): this job's nodes had "
+                 f"no link whose rate labkit knows")
+print(f"gradients: {n_params:,} parameters x {bytes_per_grad} bytes = {grad_bytes / 1e6:.2f} MB "
+      f"per rank; {ranks} ranks")
+print(f"link rate: {rate_bps / 1e9:g} Gbit/s ({rate_from})")
 
-print(f"1 node ({one.world_size} ranks): {t1:.1f} ms per iteration; {nodes} nodes "
+# %% [markdown]
+# **Exercise 02.3** (predict): a ring all-reduce among `n` ranks sends `2 (n-1)/n` times the
+# buffer out of every rank, and the ring crosses the link between the nodes. How long does the
+# all-reduce of `grad_bytes` take on a link of `rate_bps` bits per second? Answer in
+# milliseconds (bytes are 8 bits).
+
+# %%
+from labkit.measured.link import ring_allreduce_ms
+
+predicted_ms = 2 * (ranks - 1) / ranks * grad_bytes * 8 / rate_bps * 1000  # EXERCISE: in ms
+predicted = check_value("allreduce_ms", predicted_ms,
+                        ring_allreduce_ms(grad_bytes, ranks, rate_bps), rel_tol=0.02,
+                        hint="Multiply the bytes every rank sends (2 (n-1)/n x grad_bytes) by 8 "
+                             "to get bits, divide by the rate in bits per second, and turn "
+                             "seconds into milliseconds.")
+
+# %% [markdown]
+# Now measure it: the all-reduce benchmark (notebook 03 explains it) all-reduces a buffer of
+# exactly `grad_bytes` among the same ranks on the same nodes as the 2-node run.
+
+# %%
+from labkit.lab import run_allreduce_bench
+
+bench_cfg = two.replace(name=f"{run_name}_allreduce")
+bw = run_allreduce_bench(bench_cfg, cluster=cluster, min_bytes=str(grad_bytes),
+                         max_bytes=str(grad_bytes), scopes="world")
+measured_ms = float(bw["time_us"].median()) / 1000
+print(f"all-reduce of {grad_bytes / 1e6:.2f} MB among {ranks} ranks: predicted "
+      f"{predicted.value:.1f} ms, measured {measured_ms:.1f} ms "
+      f"(measured / predicted = {measured_ms / predicted.value:.2f})")
+
+# %% [markdown]
+# ## 7 What your numbers say
+#
+# The cell below compares what the second node cost per iteration (`t2 - t1`) with the
+# all-reduce you measured alone, and says only what those numbers show.
+
+# %%
+extra = t2 - t1
+print(f"1 node ({one.world_size} rank(s)): {t1:.1f} ms per iteration; {nodes} nodes "
       f"({two.world_size} ranks): {t2:.1f} ms, {t2 / t1:.2f}x; weak-scaling efficiency "
       f"{eff.value:.0%}.")
-cores = os.cpu_count()
-if t2 > 1.05 * t1:
-    seen = "The slowdown you see"
-elif t2 < 0.95 * t1:
-    seen = ("The 2-node run was even faster: no environment scales better than ideal, so this is "
-            "timing noise (one run each, on a machine other jobs may be using). Whatever you see")
+print(f"The second node cost {extra:+.1f} ms per iteration; the gradient all-reduce between the "
+      f"nodes, measured alone, takes {measured_ms:.1f} ms ({link.said}).")
+if not link.separate:
+    ref = reference()
+    print(f"Your nodes had no link between them, so your numbers cannot show it. REFERENCE, not your "
+          f"machine ({ref['machine']}, {ref['date']}, {ref['how']}): 1 node "
+          f"{ref['nb02']['t1_ms']:.1f} ms, 2 nodes {ref['nb02']['t2_ms']:.1f} ms per iteration; "
+          f"all-reduce predicted {ref['nb02']['predicted_ms']:.1f} ms, measured "
+          f"{ref['nb02']['measured_ms']:.1f} ms.")
+elif abs(extra - measured_ms) <= 0.3 * measured_ms:
+    print("Within 30 % of each other: the time the second node added is the gradient "
+          "all-reduce across the link.")
+elif extra < measured_ms:
+    print(f"The second node added less than the all-reduce takes alone: "
+          f"{measured_ms - extra:.1f} ms of it did not add to the iteration (it overlapped "
+          f"with other work, or the 1-node run was slowed by something else).")
 else:
-    seen = "No slowdown beyond a few percent: whatever you see"
-if backend == "local":
-    print(f"Local backend: all {two.world_size} ranks ran on this machine's {cores} CPU core(s) "
-          f"(the 1-node run: {one.world_size}), over loopback. {seen} is CPU contention and "
-          f"noise, not the network: run with backend='slurm' on the mini-cluster or on your "
-          f"cluster to see the link.")
-elif resolve_cluster(cluster).name.startswith("local-minicluster"):
-    print(f"Mini-cluster: the gradient all-reduce crossed the shaped link between the nodes, and "
-          f"the {two.world_size} ranks also shared this machine's {cores} CPU core(s): the "
-          f"slowdown mixes the two (notebook 03 measures the link alone).")
-else:
-    print("Separate nodes: the slowdown is what the gradient all-reduce across the network "
-          "(and the slowest node) cost; notebook 03 measures the link alone.")
+    print(f"The second node added more than the all-reduce alone: {extra - measured_ms:.1f} ms "
+          f"per iteration come from something else (the per-iteration plot in section 5 shows "
+          f"how steady each run was).")
+load = os.getloadavg()[0]
+if load > cores:
+    print(f"This machine's load average is {load:.1f} on {cores} core(s): other programs shared "
+          f"the cores with these runs (one run each), so their iteration times are noisy; the "
+          f"all-reduce measured alone is the steadier number.")
 
 # %% [markdown]
 # ## Summary
 #
 # - A multi-node job is the same config with more `nodes`; Slurm starts one `torchrun` per node.
 # - The world-size line shows that all ranks joined.
-# - Weak-scaling efficiency compares your 2-node iteration time with the ideal, your 1-node
-#   time. What the loss means depends on where you ran (section 6): CPU contention on the local
-#   backend, the shaped link plus shared cores on the mini-cluster, the network on a cluster.
+# - Weak-scaling efficiency compares your 2-node iteration time with the ideal, your 1-node time.
+# - The gradient all-reduce's time follows from the gradient bytes and the link's rate; you
+#   predicted it, measured it, and compared it with what the second node cost (section 7).
 #
-# Next: **03**, what the network between the ranks actually does.
+# Next: **03**, the bandwidth inside a node and across nodes, and which groups cross the link.

@@ -6,6 +6,10 @@
 #   between nodes (from your own GPU run; on CPU, gloo prints none, and you read a sample);
 # - how to measure all-reduce bus bandwidth within a node and across nodes;
 # - which process groups of a layout cross nodes, and therefore use the slow link.
+#
+# On the local backend every node is its own network namespace on this machine with a shaped
+# link to the others (1 Gbit/s unless `LABKIT_LINK_RATE` says otherwise): inside a node the
+# ranks talk over its loopback, across nodes over the link.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -57,6 +61,12 @@ from labkit.lab import run_allreduce_bench
 bench_cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
                                   gpus_per_node=gpus_per_node)
 bw = run_allreduce_bench(bench_cfg, cluster=cluster, max_bytes=max_bytes)
+import os
+
+if bench_cfg.device == "cpu":
+    print(f"core budget: {bench_cfg.world_size} ranks x {os.environ.get('OMP_NUM_THREADS', '1')} "
+          f"thread(s) on this machine's {os.cpu_count()} core(s); every scope runs all its groups "
+          f"at once")
 bw.head()
 
 # %% [markdown]
@@ -117,24 +127,44 @@ save_link_calibration(run_dir_of(bench_cfg, cluster=cluster), bw, device=bench_c
                       backend=backend);
 
 # %% [markdown]
-# **What did you measure?** The cell below compares the two scopes. Where the nodes are separate
-# (the mini-cluster's shaped link, a real cluster) the inter-node link must be the slower one,
-# and the notebook asserts it. On the local backend both scopes are loopback on this machine:
-# it cannot show the difference, and says so.
+# **What did you measure?** The cell below compares the scopes with each other and with the
+# link's rate, which labkit reads from the benchmark's job (`job_link`). Where the nodes are
+# separate (their own network namespaces here, the mini-cluster, a real cluster) the link across
+# nodes must be the slower one, and the notebook asserts it. Before you run it: which of
+# `intra`, `inter` and `world` do you expect to be bounded by the link?
 
 # %%
+from labkit.measured.link import job_link, reference
+from labkit.site import resolve_cluster
+
 best = peak.set_index("scope")["busbw_gbps"]
 intra, inter = float(best.get("intra", float("nan"))), float(best.get("inter", float("nan")))
+world = float(best.get("world", float("nan")))
+link = job_link(bench_dir, backend=backend, cluster=resolve_cluster(cluster))
+print(f"between the nodes: {link.said}")
 print(f"peak bus bandwidth: inside a node {intra:.3f} GB/s, across nodes {inter:.3f} GB/s "
-      f"(across / inside = {inter / intra:.2f})")
-if backend == "local":
-    print("Local backend: both scopes ran over this machine's loopback, on the same CPU cores; "
-          "the difference above (either way) is noise and CPU contention, not a network. Run "
-          "with backend='slurm' on the mini-cluster or your cluster to measure a real link.")
+      f"(across / inside = {inter / intra:.2f}), world {world:.3f} GB/s")
+if not link.separate:
+    ref = reference()["nb03"]
+    print("Your nodes shared this machine's loopback: both scopes above ran over it, and the "
+          "numbers cannot show a link.")
+    print(f"REFERENCE, not your machine ({reference()['machine']}, {reference()['date']}): "
+          f"inside a node {ref['busbw_intra_gbps']:.3f} GB/s, across nodes "
+          f"{ref['busbw_inter_gbps']:.3f} GB/s, world {ref['busbw_world_gbps']:.3f} GB/s.")
 elif nodes > 1:
     assert inter < intra, (f"across nodes {inter:.3f} GB/s is not below inside a node "
                            f"{intra:.3f} GB/s: is the inter-node traffic really leaving the node?")
-    print(f"Separate nodes: crossing the node boundary costs {intra / inter:.1f}x in bandwidth.")
+    print(f"Crossing the node boundary costs {intra / inter:.1f}x in bandwidth.")
+    if link.bits_per_s:
+        rate = link.bits_per_s / 8e9  # GB/s
+        groups = int(bw[bw["scope"] == "inter"]["groups"].max())
+        print(f"The link carries {rate:.3f} GB/s. The inter scope ran {groups} group(s) at once, "
+              f"one per rank of a node, all over that one link: {inter * groups:.3f} GB/s "
+              f"together ({inter * groups / rate:.0%} of the link).")
+        print(f"The world group ({bench_cfg.world_size} ranks) is one ring through every rank; "
+              f"it crosses the link once each way, so the link bounds it too: {world:.3f} GB/s "
+              f"is {world / rate:.0%} of the link and {world / intra:.0%} of the bandwidth "
+              f"inside a node.")
 
 # %% [markdown]
 # ## 3 Which groups cross nodes
@@ -179,10 +209,11 @@ Image(filename=str(REPO_ROOT / "images" / "layout_tp2_pp2.png"))
 #
 # - NCCL reports P2P / SHM inside a node and NET across nodes; labkit parses those lines (your
 #   own on the gpu profile, a sample of the format on CPU).
-# - You measured bus bandwidth inside a node and across nodes, and section 2 compared them. On
-#   separate nodes (mini-cluster, cluster) the link across nodes is the slower one, asserted
-#   above: keep the chattiest group (TP, which all-reduces in every layer) inside a node. On the
-#   local backend both are loopback, and the numbers cannot show it.
+# - You measured bus bandwidth inside a node and across nodes, and section 2 compared them
+#   with the link's rate read from the job. On separate nodes the link across nodes is the
+#   slower one, asserted above, and it bounds every group whose ring crosses it, the world
+#   group included: keep the chattiest group (TP, which all-reduces in every layer) inside a
+#   node.
 # - The rank grid tells you which groups' traffic crosses the network.
 #
 # Next: **04**, monitoring and profiling a run.

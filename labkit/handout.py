@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.errors import ConfigError, LabkitError
+from labkit.errors import LabkitError
 from labkit.paths import NOTEBOOK_DIR
 
 MANIFEST = ".labkit-handout.json"
@@ -90,13 +90,13 @@ def handout(dest: str | Path = DEFAULT_DEST, source: Path = NOTEBOOK_DIR) -> lis
     dest = Path(os.path.expanduser(str(dest)))
     notebooks = student_notebooks(source)
     if not notebooks:
-        raise ConfigError(f"no student notebooks (NN_*.ipynb) in {source}: is this labkit's "
+        raise LabkitError(f"no student notebooks (NN_*.ipynb) in {source}: is this labkit's "
                           f"checkout?")
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise ConfigError(f"hand-out folder {dest} is a {'symlink' if dest.is_symlink() else 'file'}"
+        raise LabkitError(f"hand-out folder {dest} is a {'symlink' if dest.is_symlink() else 'file'}"
                           f"; give a folder of yours (--to DIR) or move it away")
     if Path(source).resolve() in (dest.resolve(), *dest.resolve().parents):
-        raise ConfigError(f"hand-out folder {dest} is inside the checkout's notebooks {source}; "
+        raise LabkitError(f"hand-out folder {dest} is inside the checkout's notebooks {source}; "
                           f"give a folder of the student's own, e.g. {DEFAULT_DEST}")
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     if dest.stat().st_uid != os.geteuid():
@@ -145,7 +145,7 @@ def handout_for(users: list[str], dest: str = DEFAULT_DEST) -> dict[str, list[di
         try:
             pw = pwd.getpwnam(user)
         except KeyError:
-            raise ConfigError(f"no Unix user {user!r}; --students takes the students' user "
+            raise LabkitError(f"no Unix user {user!r}; --students takes the students' user "
                               f"names") from None
         out[user] = _as_user(pw, dest)
     return out

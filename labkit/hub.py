@@ -32,7 +32,7 @@ from typing import Any
 
 from labkit import slurmcli
 from labkit._logging import log
-from labkit.errors import ConfigError, LabkitError
+from labkit.errors import LabkitError
 from labkit.paths import CODE_DIR, MINICLUSTER_DIR
 from labkit.site import current_user
 
@@ -105,7 +105,7 @@ def _site_path(site: str | Path | None) -> str | None:
     if not p.suffix and not p.exists():
         p = CODE_DIR / "clusters" / f"{site}.yaml"
     if not p.is_file():
-        raise ConfigError(f"cluster profile {site}: no such file; give --cluster SITE.yaml, a "
+        raise LabkitError(f"cluster profile {site}: no such file; give --cluster SITE.yaml, a "
                           f"profile the students' servers can read")
     return str(p.resolve())
 
@@ -132,14 +132,14 @@ def hub_up(cluster: str | Path | None, *, minicluster: bool = False,
     mini = minicluster
     site = _site_path(cluster)
     if site is None:
-        raise ConfigError("the hub needs the class's site profile, readable by the students: "
+        raise LabkitError("the hub needs the class's site profile, readable by the students: "
                           "--cluster /shared/labkit/site.yaml (or $LABKIT_CLUSTER)")
     cfg = Path(config).resolve() if config else default_config(mini)
     if not cfg.is_file():
-        raise ConfigError(f"hub config {cfg}: no such file (the shipped ones: "
+        raise LabkitError(f"hub config {cfg}: no such file (the shipped ones: "
                           f"{sorted(p.name for p in CONFIG_DIR.glob('*.py'))})")
     if cull_s < 60 or port < 1 or port > 65535:
-        raise ConfigError(f"cull_s={cull_s} must be >= 60 and port={port} in 1..65535")
+        raise LabkitError(f"cull_s={cull_s} must be >= 60 and port={port} in 1..65535")
     HUB_DIR.mkdir(parents=True, exist_ok=True)
     HUB_DIR.chmod(0o700)  # the database, the cookie secret and the admin token: root only
     if not TOKEN_FILE.exists():
@@ -236,6 +236,22 @@ def server_jobs(conf: str | None) -> dict[str, dict[str, str]]:
     return out
 
 
+def with_servers(rows: list[dict[str, Any]], conf: str | None) -> list[dict[str, Any]]:
+    """``class_status`` rows with each student's hub server (``{"job_id", "state"}`` of their
+    newest server job, or None); a student with a server and no run yet gets a row too."""
+    try:
+        servers = server_jobs(conf)
+    except slurmcli.SlurmError:
+        return rows
+    out = [{**r, "server": servers.get(r["user"])} for r in rows]
+    known = {r["user"] for r in rows}
+    for user in sorted(set(servers) - known):
+        out.append({"user": user, "run_root": None, "runs": [], "last_notebook": None,
+                    "jobs": {"PENDING": 0, "RUNNING": 0, "finished": 0}, "exercises": None,
+                    "last_failure": None, "server": servers[user]})
+    return sorted(out, key=lambda r: r["user"])
+
+
 def hub_status() -> dict[str, Any]:
     """``{"up", "url", "api_token_file", "pid", "config", "cluster", "log", "servers"}``;
     ``servers``: {user: {"job_id", "state"}} of the server jobs in Slurm while the hub is up."""
@@ -298,4 +314,4 @@ def _stop_proxy() -> None:
 
 
 __all__ = ["HUB_DIR", "HubError", "TOKEN_FILE", "api", "hub_down", "hub_status", "hub_up",
-           "server_jobs"]
+           "server_jobs", "with_servers"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from labkit.errors import ConfigError
+from labkit.errors import LabkitError
 from labkit.handout import MANIFEST, handout, student_notebooks
 
 
@@ -81,7 +81,7 @@ def test_symlinks_are_never_followed(source, tmp_path):
     target.mkdir()
     link = tmp_path / "link"
     link.symlink_to(target)
-    with pytest.raises(ConfigError, match="symlink"):
+    with pytest.raises(LabkitError, match="symlink"):
         handout(link, source)
     dest = tmp_path / "nb"
     dest.mkdir()
@@ -92,9 +92,9 @@ def test_symlinks_are_never_followed(source, tmp_path):
 
 
 def test_bad_places_are_named(source, tmp_path):
-    with pytest.raises(ConfigError, match="no student notebooks"):
+    with pytest.raises(LabkitError, match="no student notebooks"):
         handout(tmp_path / "nb", tmp_path)
-    with pytest.raises(ConfigError, match="inside the checkout"):
+    with pytest.raises(LabkitError, match="inside the checkout"):
         handout(source / "solutions", source)
 
 

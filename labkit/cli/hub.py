@@ -1,4 +1,5 @@
-"""``labkit class hub up|down|status``: the class's JupyterHub (root); ``labkit.hub``."""
+"""``labkit class hub up|down|status`` (the class's JupyterHub, root: ``labkit.hub``),
+``labkit class handout`` (``labkit.handout``) and ``labkit class plan`` (``labkit.classplan``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 import os
 
 from labkit import minicluster
-from labkit.cli.common import add_json, int_at_least, say, show_json
+from labkit.classplan import class_plan
+from labkit.cli.common import add_cluster, add_json, int_at_least, say, show_json, site_of
 from labkit.handout import handout, handout_for
 from labkit.site import CLUSTER_ENV
 
@@ -57,6 +59,20 @@ def add_parsers(csub: argparse._SubParsersAction) -> None:
                    help="root: hand out to these Unix users, as each of them")
     add_json(h, "what was copied, per file")
     h.set_defaults(func=cmd_handout)
+
+    pl = csub.add_parser("plan", help="node-hours, peak nodes and disk for N students",
+                         description="From a rehearsal of the series on the site (labkit "
+                                     "regress --cluster SITE; make lab here): per notebook, "
+                                     "node-hours per student and for the class (nodes x wall "
+                                     "time, queue wait included), the most nodes one run "
+                                     "holds, and the disk a student's runs take (checkpoints "
+                                     "apart); the peak of nodes if everyone runs together.")
+    pl.add_argument("--students", type=int_at_least(1), required=True, metavar="N")
+    add_cluster(pl, "the class")
+    pl.add_argument("--runs", metavar="DIR",
+                    help="the rehearsal's run root (default: yours on the site, else runs/)")
+    add_json(pl, "the plan")
+    pl.set_defaults(func=cmd_plan)
 
 
 def _show(doc: dict, as_json: bool) -> None:
@@ -115,4 +131,34 @@ def cmd_handout(args: argparse.Namespace) -> int:
                 say(f"{user + ': ' if user else ''}{r['action']:7} {r['path']}")
         say(f"{user + ': ' if user else ''}{len(rows)} notebook(s) handed out "
             f"({sum(r['action'] in ('same', 'edited') for r in rows)} unchanged)")
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n < 1e10 else f"{n / 1e9:,.1f} GB"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    doc = class_plan(args.students, site_of(args), args.runs)
+    if args.json:
+        show_json(doc)
+        return 0
+    n = doc["students"]
+    say(f"class plan: {n} students on {doc['site'] or 'this machine'}"
+        f"{' (partition ' + doc['partition'] + ')' if doc['partition'] else ''}, from the "
+        f"rehearsal's runs in {doc['runs_from']}")
+    say(f"{'NB':3} {'RUNS':>4} {'NODES':>5} {'NODE-H/STUDENT':>15} {'NODE-H/CLASS':>13} "
+        f"{'DISK/STUDENT':>13} {'CHECKPOINTS':>12}")
+    for r in doc["notebooks"]:
+        say(f"{r['notebook']:3} {r['runs']:>4} {r['max_nodes']:>5} {r['node_hours']:>15.3f} "
+            f"{r['node_hours'] * n:>13.2f} {_mb(r['disk_bytes']):>13} "
+            f"{_mb(r['checkpoint_bytes']):>12}"
+            + (f"  (not ended: {', '.join(r['unfinished'])})" if r["unfinished"] else ""))
+    say(f"all {'':>10} {doc['node_hours_per_student']:>15.3f} {doc['node_hours_class']:>13.2f} "
+        f"{_mb(doc['disk_bytes_per_student']):>13} {_mb(doc['checkpoint_bytes_per_student']):>12}")
+    say(f"peak: {doc['peak_nodes']} nodes at once if all {n} run notebook {doc['peak_notebook']} "
+        f"together{'' if doc['exclusive'] else ' (whole nodes; jobs that share nodes need fewer)'}"
+        f", besides {doc['server_jobs']} JupyterLab server jobs (1 CPU each)")
+    say(f"disk: {_mb(doc['disk_bytes_class'])} for the class, of which checkpoints "
+        f"{_mb(doc['checkpoint_bytes_per_student'] * n)} (`labkit clean --keep-last 1` frees them)")
     return 0

@@ -138,7 +138,8 @@ def job_monitor(job: Any, *, refresh_s: float = 2.0, timeout_s: float | None = N
     box = w.HTML()
     display(box)
     t0 = time.monotonic()
-    final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
+    final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
     while True:
         text = job_snapshot(job, lines)
         box.value = f"<pre>{html.escape(text)}</pre>"

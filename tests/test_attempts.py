@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.logs.attempts import attempts, summary
+from labkit.run.attempts import attempts, summary
 
 FIX = Path(__file__).parent / "fixtures" / "attempts"
 

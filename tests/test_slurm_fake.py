@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,13 +43,14 @@ class FakeSlurm:
                  squeue_out: str | dict[str, str] = "", squeue_err: str = "", scontrol_rc: int = 1,
                  scontrol_out: str = "", version_rc: int = 0, sinfo_rc: int = 0,
                  sinfo_out: str = "", nodes_out: str = "", partition_out: str = "",
-                 sacct_rc: int = 1, scancel_rc: int = 0):
+                 sacct_rc: int = 1, scancel_rc: int = 0, reasons_out: str = ""):
         self.calls: list[list[str]] = []
         self.sbatch_rc, self.sbatch_err, self.version_rc = sbatch_rc, sbatch_err, version_rc
         self.squeue_rc, self.squeue_out, self.squeue_err = squeue_rc, squeue_out, squeue_err
         self.scontrol_rc, self.scontrol_out = scontrol_rc, scontrol_out
         self.sinfo_rc, self.sinfo_out, self.nodes_out = sinfo_rc, sinfo_out, nodes_out
         self.partition_out, self.sacct_rc, self.scancel_rc = partition_out, sacct_rc, scancel_rc
+        self.reasons_out = reasons_out  # sinfo -R -N -h -o %N|%T|%E: nodes out of service
 
     def __call__(self, cmd, *, slurm_conf=None, cwd=None, timeout=60):
         self.calls.append(list(cmd))
@@ -74,6 +76,8 @@ class FakeSlurm:
             if self.sinfo_rc:
                 return missing if self.sinfo_rc == 127 else ok(
                     "", self.sinfo_rc, "slurm_load_partitions: " + UNREACHABLE)
+            if "-R" in cmd:
+                return ok(self.reasons_out)
             return ok(self.nodes_out if "-N" in cmd else self.sinfo_out)
         if cmd[0] == "sacct":
             if self.sacct_rc == 127:
@@ -213,7 +217,7 @@ def test_a_program_with_arguments_is_submitted_as_a_jobspec(fake, run_root, tmp_
     assert sorted(p.name for p in d.iterdir()) == ["job.json", "job.sh"]  # no training config
     script = (d / "job.sh").read_text()
     assert f"export PROGRAM={prog}" in script
-    assert f"\"$PROGRAM\" \"$@\"' program -b 1K --json-out {d}/out.jsonl\n" in script
+    assert f"\"$PROGRAM\" \"$@\"' program -b 1K --json-out {d}/out.jsonl &\n" in script
     assert "#SBATCH --nodes=2" in script and f"#SBATCH --job-name={slurm_job_name('bw')}" in script
     assert Job.load(d).info["program_args"] == ["-b", "1K", "--json-out", f"{d}/out.jsonl"]
     assert job.state() is JobState.PENDING and any(c[0] == "sbatch" for c in f.calls)
@@ -234,11 +238,16 @@ def test_submit_refuses_what_is_not_a_run(fake, run_root):
     ("PENDING", "PENDING"), ("CONFIGURING", "PENDING"), ("RUNNING", "RUNNING"),
     ("COMPLETING", "RUNNING"), ("COMPLETED", "COMPLETED"), ("FAILED", "FAILED"),
     ("CANCELLED by 0", "CANCELLED"), ("CANCELLED+", "CANCELLED"), ("TIMEOUT", "TIMEOUT"),
-    ("OUT_OF_MEMORY", "OUT_OF_MEMORY"), ("NODE_FAIL", "NODE_FAIL"), ("BOOT_FAIL", "NODE_FAIL"),
-    ("DEADLINE", "TIMEOUT"), ("WHATEVER", "UNKNOWN"),
+    ("OUT_OF_MEMORY", "OUT_OF_MEMORY"), ("NODE_FAIL", "NODE_FAIL"), ("BOOT_FAIL", "BOOT_FAIL"),
+    ("DEADLINE", "DEADLINE"), ("PREEMPTED", "PREEMPTED"), ("REQUEUED", "REQUEUED"),
+    ("REQUEUE_HOLD", "REQUEUE_HOLD"), ("REQUEUE_FED", "REQUEUED"), ("WHATEVER", "UNKNOWN"),
 ])
 def test_state_mapping(slurm, ours):
     assert _map(slurm) == JobState(ours)
+    # A requeued job is coming back; the others of these ended for good.
+    assert _map(slurm).finished == (ours in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                             "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
+                                             "DEADLINE", "PREEMPTED"))
 
 
 def test_every_mapped_state_is_a_jobstate():
@@ -397,3 +406,63 @@ def test_class_cancel_error_paths(fake, run_root):
     f = fake(squeue_out=table)
     classroom._class_cancel(job)
     assert f.calls[-1] == ["scancel", "4242"]
+
+
+# --- requeued jobs: which attempt, how the last one ended, what comes next ---------------------
+FAULTS = Path(__file__).parent / "fixtures" / "attempts"
+NODE2_DOWN = "node2|down|pulled for a test\nnode2|down|pulled for a test\n"  # real sinfo -R -N
+
+
+def _log_until(name: str, stop: str) -> str:
+    """A real log of the mini-cluster (fixtures/attempts) as it was when ``stop`` was written."""
+    text = (FAULTS / name).read_text()
+    return text[:text.index(stop)]
+
+
+def test_a_requeued_job_says_its_attempt_how_the_last_ended_and_which_node_is_down(fake, run_root):
+    fake(scontrol_rc=0, scontrol_out=(FAULTS / "scontrol_pending_requeued.txt").read_text(),
+         squeue_out={"%T|%r|%P": "PENDING|BeginTime|lab\n", "%i": "59572551\n"},
+         reasons_out=NODE2_DOWN)
+    run_dir = run_root / "nf2"
+    run_dir.mkdir()
+    (run_dir / "log.txt").write_text(_log_until("minicluster_node_failure_requeued.txt",
+                                                "[job] attempt 2 "))
+    job = Job(job_id="59572551", name="nf2", run_dir=run_dir, backend="slurm",
+              info={"slurm_conf": None})
+    assert job.status_line(JobState.PENDING) == (
+        "PENDING (requeued, attempt 2; attempt 1 ended: node failure, last iteration 10; node2 "
+        "down: pulled for a test; BeginTime, 1st of 1 pending in partition lab)")
+
+
+def test_a_node_failure_names_the_node_the_attempt_and_the_checkpoint_to_resume(fake, run_root):
+    from labkit.backends.diagnosis import failure_error
+
+    fake(reasons_out=NODE2_DOWN)
+    run_dir = run_root / "nf2"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("5\n")
+    (run_dir / "log.txt").write_text(_log_until("minicluster_node_failure_requeued.txt",
+                                                "[job] attempt 2 "))
+    job = Job(job_id="59572551", name="nf2", run_dir=run_dir, backend="slurm", info={})
+    msg = str(failure_error(job, JobState.NODE_FAIL))
+    assert ("Likely cause: Slurm ended job 59572551: a node of the job failed (NODE_FAIL); "
+            "attempt 1 ended: node failure at iteration 10; out of service: node2 down (pulled "
+            "for a test); its last checkpoint is iteration 5: `labkit submit CONFIG --resume` "
+            "goes on from there") in msg
+
+
+def test_a_save_on_the_warning_signal_without_requeue_says_so(fake, run_root):
+    from labkit.backends.diagnosis import failure_error
+
+    fake()
+    run_dir = run_root / "tl"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("210\n")
+    (run_dir / "exit_code").write_text("75\n")
+    (run_dir / "log.txt").write_text(_log_until("minicluster_time_limit_warning_requeued.txt",
+                                                "[job] requeueing"))
+    job = Job(job_id="59572550", name="tl", run_dir=run_dir, backend="slurm", info={})
+    msg = str(failure_error(job, JobState.FAILED))
+    assert ("the training saved a checkpoint on Slurm's warning signal (time limit or "
+            "preemption) and stopped (exit code 75); attempt 1 ended: saved on SIGUSR1 at "
+            "iteration 210; its last checkpoint is iteration 210") in msg

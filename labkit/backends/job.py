@@ -116,10 +116,11 @@ class Job:
 
     def status_line(self, state: JobState | None = None) -> str:
         """The state, with Slurm's reason and place in the queue while PENDING, or the latest
-        iteration, lm loss and time per iteration while RUNNING (``labkit.backends.queue``)."""
+        iteration, lm loss and time per iteration while RUNNING, and for a job Slurm requeued
+        its attempt and how the last one ended (``labkit.backends.queue``)."""
         st = state or self.state()
         return describe(str(st), backend=self.backend, job_id=self.job_id, info=self.info,
-                        latest=latest_iteration(self.tail(40).encode()))
+                        latest=latest_iteration(self.tail(40).encode()), log_path=self.log_path)
 
     def exit_code(self) -> int | None:
         try:

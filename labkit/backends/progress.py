@@ -44,7 +44,8 @@ class Progress:
 
         self.latest = latest_iteration(chunk[:cut]) or self.latest
         self.bar.set_postfix_str(describe(str(st), backend=self.job.backend, job_id=self.job.job_id,
-                                          info=self.job.info, latest=self.latest), refresh=True)
+                                          info=self.job.info, latest=self.latest,
+                                          log_path=self.job.log_path), refresh=True)
 
     def close(self) -> None:
         self.bar.close()

@@ -3,16 +3,21 @@
 PENDING on Slurm: ``squeue``'s reason (``Resources``, ``Priority``, ``QOSMaxJobsPerUserLimit``,
 ...) and the job's place among the pending jobs of its partition, highest priority first, as
 Slurm's scheduler takes them. RUNNING: the latest iteration line of the log (iteration, lm
-loss, time per iteration). Slurm is asked through ``labkit.slurmcli``; no imports from the rest
-of ``labkit.backends``: the job module calls this one.
+loss, time per iteration). A job Slurm requeued (``Restarts`` > 0: a node failed, it was
+preempted, it saved on the warning signal) says which attempt it is, how the last one ended
+(the job's own log: ``labkit.run.attempts``) and which nodes Slurm holds out of service, with
+their reason. Slurm is asked through ``labkit.slurmcli``; no imports from the rest of
+``labkit.backends``: the job module calls this one.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from labkit import slurmcli
+from labkit.run.attempts import attempts
 from labkit.slurmcli import SlurmError
 
 _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
@@ -58,14 +63,44 @@ def pending_reason(job_id: str, slurm_conf: str | None = None) -> str | None:
     return text
 
 
+def requeued(job_id: str, slurm_conf: str | None, log_path: Path | None) -> str | None:
+    """``"attempt 2; attempt 1 ended: node failure, last iteration 10; node2 down: ..."`` for
+    a Slurm job that Slurm started more than once, else None."""
+    fields = slurmcli.job_fields(slurm_conf, str(job_id)) or {}
+    restarts = fields.get("Restarts", "0")
+    if not restarts.isdigit() or int(restarts) == 0:
+        return None
+    text = f"attempt {int(restarts) + 1}"
+    try:
+        runs = attempts(log_path.read_text(errors="replace")) if log_path else []
+    except OSError:
+        runs = []
+    ended = [a for a in runs if a.number <= int(restarts)]
+    if ended:
+        a = ended[-1]
+        last = f", last iteration {a.last_iteration}" if a.last_iteration is not None else ""
+        text += f"; attempt {a.number} ended: {a.reason or 'killed without a word'}{last}"
+    if runs and runs[-1].number == int(restarts) + 1 and runs[-1].resumed_from is not None:
+        text += f"; resumed from iteration {runs[-1].resumed_from}"
+    out = slurmcli.out_of_service(slurm_conf)
+    if out:
+        text += "; " + ", ".join(f"{n} {st}: {why}" for n, (st, why) in sorted(out.items()))
+    return text
+
+
 def describe(state: str, *, backend: str, job_id: str, info: dict[str, Any],
-             latest: dict[str, Any] | None) -> str:
-    """The monitor's line: the state, and why it waits or how far it got."""
-    if state == "PENDING" and backend == "slurm":
+             latest: dict[str, Any] | None, log_path: Path | None = None) -> str:
+    """The monitor's line: the state, and why it waits or how far it got (and, for a job
+    Slurm requeued, which attempt and how the last one ended: ``requeued``)."""
+    again = (requeued(job_id, info.get("slurm_conf"), log_path)
+             if backend == "slurm" and state in ("PENDING", "RUNNING", "REQUEUED") else None)
+    if state in ("PENDING", "REQUEUED") and backend == "slurm":
         why = pending_reason(job_id, info.get("slurm_conf"))
-        return f"PENDING ({why})" if why else "PENDING"
+        why = "; ".join(w for w in (f"requeued, {again}" if again else None, why) if w)
+        return f"{state} ({why})" if why else state
     if state == "RUNNING" and latest:
-        parts = [f"iteration {latest['iteration']}/{latest['train_iters']}"]
+        parts = [again] if again else []
+        parts.append(f"iteration {latest['iteration']}/{latest['train_iters']}")
         if latest.get("loss") is not None:
             parts.append(f"lm loss {latest['loss']:.3f}")
         if latest.get("ms") is not None:

@@ -27,6 +27,7 @@ from labkit._logging import warn_once
 from labkit.backends.job import Job
 from labkit.errors import LabkitError, SubmissionError
 from labkit.render import render_sbatch, sbatch_options
+from labkit.run.attempts import attempts
 from labkit.run.spec import JobSpec
 from labkit.run.state import JobState
 from labkit.site import ClusterProfile
@@ -34,16 +35,16 @@ from labkit.slurmcli import SlurmError
 
 # Slurm's job states -> ours. Transitional ones count as the state they lead to.
 SLURM_STATES = {
-    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
-    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING,
+    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.REQUEUED,
+    "REQUEUE_HOLD": JobState.REQUEUE_HOLD, "REQUEUE_FED": JobState.REQUEUED,
     "RESV_DEL_HOLD": JobState.PENDING,
     "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING,
     "STAGE_OUT": JobState.RUNNING, "SIGNALING": JobState.RUNNING, "RESIZING": JobState.RUNNING,
     "STOPPED": JobState.RUNNING,
     "COMPLETED": JobState.COMPLETED, "FAILED": JobState.FAILED, "CANCELLED": JobState.CANCELLED,
-    "TIMEOUT": JobState.TIMEOUT, "DEADLINE": JobState.TIMEOUT,
+    "TIMEOUT": JobState.TIMEOUT, "DEADLINE": JobState.DEADLINE,
     "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY, "NODE_FAIL": JobState.NODE_FAIL,
-    "BOOT_FAIL": JobState.NODE_FAIL, "PREEMPTED": JobState.FAILED,
+    "BOOT_FAIL": JobState.BOOT_FAIL, "PREEMPTED": JobState.PREEMPTED,
     "SPECIAL_EXIT": JobState.FAILED, "REVOKED": JobState.CANCELLED,
 }
 _SBATCH_HINTS = [
@@ -190,3 +191,55 @@ def cancel(job: Job) -> None:
         raise LabkitError(f"scancel {job.job_id} failed (exit {e.returncode}): {e.message}") from None
     finally:
         _poll_cache.clear()
+
+
+# --- why Slurm ended it, and what comes next ---------------------------------------------------
+STOPPED_ON_WARNING = 75  # code/engine_stop.py: saved a checkpoint on the warning signal, stopped
+_SLURM_SAID = {
+    JobState.NODE_FAIL: "a node of the job failed (NODE_FAIL)",
+    JobState.PREEMPTED: "a higher-priority job preempted it (PREEMPTED)",
+    JobState.BOOT_FAIL: "a node failed to boot for it (BOOT_FAIL)",
+    JobState.TIMEOUT: "it reached its time limit (TIMEOUT)",
+    JobState.DEADLINE: "its deadline passed (DEADLINE)",
+}
+
+
+def _checkpoint(job: Job) -> int | None:
+    try:
+        text = (job.run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()
+    except OSError:
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
+def failure_hint(job: Job, state: JobState) -> str | None:
+    """For a job a node failure, a preemption, a time limit or the warning signal ended: what
+    Slurm said, how its last attempt ended (its log), which nodes are out of service and why,
+    and how to go on from the last checkpoint (read by ``labkit.backends.diagnosis``); None for
+    other failures, which the log parser's diagnosis explains."""
+    stopped = job.exit_code() == STOPPED_ON_WARNING
+    if state not in _SLURM_SAID and not stopped:
+        return None
+    said = _SLURM_SAID.get(state) or ("the training saved a checkpoint on Slurm's warning signal "
+                                      "(time limit or preemption) and stopped (exit code 75)")
+    parts = [f"Slurm ended job {job.job_id}: {said}"]
+    try:
+        runs = attempts(job.log_path.read_text(errors="replace"))
+    except OSError:
+        runs = []
+    if runs and runs[-1].reason:
+        last = runs[-1]
+        at = (f" at iteration {last.last_iteration}" if last.last_iteration is not None
+              and "iteration" not in last.reason else "")
+        parts.append(f"attempt {last.number} ended: {last.reason}{at}")
+    down = slurmcli.out_of_service(job.info.get("slurm_conf"))
+    if down:
+        parts.append("out of service: " + ", ".join(f"{n} {st} ({why})"
+                                                    for n, (st, why) in sorted(down.items())))
+    ckpt = _checkpoint(job)
+    again = (f"its last checkpoint is iteration {ckpt}: `labkit submit CONFIG --resume` goes on "
+             f"from there" if ckpt is not None else
+             "it saved no checkpoint (save_interval): resubmitting starts over")
+    parts.append(again + "; with `requeue: true` in the site profile Slurm requeues such a job "
+                         "by itself and it resumes on its own")
+    return "; ".join(parts)

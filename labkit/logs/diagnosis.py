@@ -19,7 +19,8 @@ from labkit.logs.parse import parse_lines, parse_log
 
 # Slurm's final state -> the failure kind it implies when the log itself is silent.
 _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL": "node_failure",
-               "PREEMPTED": "preempted", "CANCELLED": "cancelled"}
+               "PREEMPTED": "preempted", "CANCELLED": "cancelled", "BOOT_FAIL": "node_failure",
+               "DEADLINE": "time_limit"}
 _TAIL_BYTES = 4 << 20  # detect_hang reads at most the last 4 MiB
 # What a launcher or a rank says when the scheduler's SIGTERM/SIGINT reaches it: the effect of a
 # cancel, a time limit or a preemption, not its cause (torchrun: "SignalException: Process N got

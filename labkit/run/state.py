@@ -22,6 +22,20 @@ class JobState(StrEnum):
     TIMEOUT = "TIMEOUT"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     NODE_FAIL = "NODE_FAIL"
+    """A node of the job failed and Slurm ended the job (with ``--requeue`` it goes back to
+    the queue instead: REQUEUED, then PENDING)."""
+    PREEMPTED = "PREEMPTED"
+    """A higher-priority job took the nodes and Slurm ended this one (preempted with requeue,
+    it goes back to the queue instead)."""
+    BOOT_FAIL = "BOOT_FAIL"
+    """A node failed to start (boot) for the job; it never ran."""
+    DEADLINE = "DEADLINE"
+    """The job's ``--deadline`` passed before it could finish."""
+    REQUEUED = "REQUEUED"
+    """Going back to the queue after an attempt ended (node failure, preemption, the warning
+    signal): its next attempt resumes from the last checkpoint."""
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    """Requeued and held: it waits until ``scontrol release JOBID``."""
     UNKNOWN = "UNKNOWN"
 
     @property
@@ -30,7 +44,8 @@ class JobState(StrEnum):
 
 
 FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
-                      JobState.OUT_OF_MEMORY, JobState.NODE_FAIL})
+                      JobState.OUT_OF_MEMORY, JobState.NODE_FAIL, JobState.PREEMPTED,
+                      JobState.BOOT_FAIL, JobState.DEADLINE})
 
 
 class JobLike(Protocol):

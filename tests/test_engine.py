@@ -22,15 +22,35 @@ def _first_last(run_dir):
     return ls[its[0]], ls[its[-1]], its
 
 
-@pytest.mark.parametrize("layout", [
-    dict(tensor_model_parallel_size=2),
-    dict(pipeline_model_parallel_size=2),
-    dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=2),
-    dict(dp=2),
-], ids=["tp2", "pp2", "tp2xpp2", "dp2"])
-def test_layout_trains_with_falling_loss(tmp_path, layout):
-    run_dir = train(tmp_path, "layout", train_iters=30, log_interval=5, eval_interval=30,
-                    **layout)
+# Each layout is trained once per module; the two tests below read the same runs. Every run logs
+# every iteration (30, warm-up 2), so the agreement test compares its first 10 and the other
+# checks the whole curve.
+LAYOUTS = {
+    "tp1": {},
+    "tp2": dict(tensor_model_parallel_size=2),
+    "pp2": dict(pipeline_model_parallel_size=2),
+    "pp2vpp2": dict(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=1),
+    "tp2xpp2": dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=2),
+    "dp2": dict(dp=2),
+}
+
+
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory):
+    done: dict = {}
+
+    def run(name):
+        if name not in done:
+            done[name] = train(tmp_path_factory.mktemp(name), name, train_iters=30, log_interval=1,
+                               eval_interval=30, lr_warmup_iters=2, **LAYOUTS[name])
+        return done[name]
+    return run
+
+
+@pytest.mark.parametrize("name", ["tp2", "pp2", "tp2xpp2", "dp2"])
+def test_layout_trains_with_falling_loss(layout_run, name):
+    layout = LAYOUTS[name]
+    run_dir = layout_run(name)
     log = (run_dir / "log.txt").read_text()
     tp = layout.get("tensor_model_parallel_size", 1)
     pp = layout.get("pipeline_model_parallel_size", 1)
@@ -42,29 +62,25 @@ def test_layout_trains_with_falling_loss(tmp_path, layout):
     assert sorted((int(t), int(p)) for t, p, _ in params) == \
         sorted((t, p) for t in range(tp) for p in range(pp))
     first, last, its = _first_last(run_dir)
-    assert its == [5, 10, 15, 20, 25, 30]
+    assert its == list(range(1, 31))
     assert math.isfinite(last) and last < first - 0.5, (first, last)
     assert "validation loss at iteration 30 | lm loss value:" in log
-    assert re.search(r"\[Rank 0\] \(after 5 iterations\) memory \(MB\) \| allocated: [\d.]+", log)
+    assert re.search(r"\[Rank 0\] \(after 1 iterations\) memory \(MB\) \| allocated: [\d.]+", log)
     assert (run_dir / "exit_code").read_text().strip() == "0"
     assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "30\n"
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
 
 
-def test_layouts_agree_on_the_loss(tmp_path):
+def test_layouts_agree_on_the_loss(layout_run):
     """Same seed and data: TP=1, TP=2, PP=2 (and interleaved) compute the same model and loss.
     At TP=2 only TP rank 0 reads the batches and broadcasts them (engine_data), so TP=2 matching
     TP=1 also shows that the broadcast batches are the ones TP=1 reads."""
-    common = dict(train_iters=10, log_interval=1, lr_warmup_iters=2)
-    dirs = {name: train(tmp_path, name, **common, **layout) for name, layout in [
-        ("tp1", {}), ("tp2", dict(tensor_model_parallel_size=2)),
-        ("pp2", dict(pipeline_model_parallel_size=2)),
-        ("pp2vpp2", dict(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=1))]}
+    dirs = {name: layout_run(name) for name in ("tp1", "tp2", "pp2", "pp2vpp2")}
     runs = {name: losses(d) for name, d in dirs.items()}
     assert "TP rank 0 of each tensor-parallel group reads every micro batch" in \
         (dirs["tp2"] / "log.txt").read_text()
     ref = runs["tp1"]
-    assert sorted(ref) == list(range(1, 11))
+    assert sorted(ref)[:10] == list(range(1, 11))
     for name in ("tp2", "pp2", "pp2vpp2"):
         assert runs[name][1] == pytest.approx(ref[1], rel=1e-5), name
         for it in range(1, 11):

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import signal
 
-import torch
-
 STOPPED_EXIT_CODE = 75
 """The exit code of a run that saved and stopped on a signal (BSD's EX_TEMPFAIL: try again)."""
 SIGNALS = (signal.SIGUSR1,)
@@ -23,8 +21,9 @@ SIGNALS = (signal.SIGUSR1,)
 
 
 class StopOnSignal:
-    """Remembers a stop signal (installed early: before it, SIGUSR1 would end the process) and
-    tells, at an iteration boundary, whether any rank got one (``agreed``)."""
+    """Remembers a stop signal and tells, at an iteration boundary, whether any rank got one
+    (``agreed``). Made before torch is imported (this module imports it only when asked), so a
+    warning that comes during the start-up is kept for the first iteration."""
 
     def __init__(self) -> None:
         self.received = 0
@@ -37,10 +36,14 @@ class StopOnSignal:
 
     def attach(self, on_cuda: bool) -> None:
         """After ``init_process_group``, on every rank: the group the flag travels in."""
+        import torch
+
         self.group = torch.distributed.new_group(backend="gloo") if on_cuda else None
 
     def agreed(self) -> int:
         """The signal any rank received (0: none); every rank must call it at the same point."""
+        import torch
+
         flag = torch.tensor([self.received], dtype=torch.int64)
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self.group)
         return int(flag.item())

@@ -46,6 +46,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from engine_stop import STOPPED_EXIT_CODE, StopOnSignal  # noqa: E402
+
+# Slurm's warning signal (SIGUSR1) may come while torch still imports: from here on it is kept
+# for the first iteration boundary (engine_stop.py). It reaches every process of the job step,
+# so the children this file is started again in under spawn (dist-checkpointing's writer) keep
+# it too instead of dying of it.
+STOP = StopOnSignal()
+
 import warnings  # noqa: E402
 
 # megatron-core and torch.distributed.checkpoint warn on every rank about optional GPU packages
@@ -60,10 +68,6 @@ from engine_args import config_file, parse_args  # noqa: E402
 
 from labkit.config import RunConfig  # noqa: E402
 
-# Slurm's warning signal reaches every process of the job step (scancel --signal): the children
-# this file is started again in under spawn (dist-checkpointing's writer) must not die of it;
-# main() gives the training process its own handler (engine_stop.py).
-signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 STATE = {"phase": "start-up", "iteration": 0, "rank": 0, "tp": 0, "pp": 0}
 CUDA_CAP: list[str | None] = [None]  # the device memory cap's description, set in main()
 
@@ -83,7 +87,7 @@ def train(cfg: RunConfig, run_dir: Path, ckpt_root: Path, resume: bool, on_cuda:
     import engine_timing
     from engine_attention import layer_spec
     from engine_memory import apply_memory_limit, run_switch, static_memory_line, workspace_line
-    from engine_stop import STOPPED_EXIT_CODE, stop_line
+    from engine_stop import stop_line
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -328,9 +332,6 @@ def main(argv: list[str] | None = None) -> int:
         if not (run_dir / "config.json").exists():
             cfg.to_json(run_dir / "config.json")
     signal.signal(signal.SIGTERM, _on_sigterm)
-    from engine_stop import STOPPED_EXIT_CODE, StopOnSignal
-
-    stop = StopOnSignal()  # before anything slow: from here SIGUSR1 asks for a save and stop
     on_cuda = cfg.device == "cuda"
     from engine_log import RunLog
     from engine_memory import (
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         # A peer that died (OOM, crash) ends the others' collectives within dist_timeout().
         torch.distributed.init_process_group(backend="nccl" if on_cuda else "gloo",
                                              timeout=dist_timeout())
-        code = train(cfg, run_dir, ckpt_root, resume, on_cuda, stop)
+        code = train(cfg, run_dir, ckpt_root, resume, on_cuda, STOP)
     except BaseException as exc:  # noqa: BLE001 - report, write exit_code, re-exit non-zero
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         code = code or 1

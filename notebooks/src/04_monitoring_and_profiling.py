@@ -2,10 +2,12 @@
 # # 04 Monitoring and profiling
 #
 # **What you will learn**
-# - how to follow a running job (a small job monitor) instead of `squeue` and `sleep`;
+# - how to follow a running job (a small job monitor) instead of `squeue` and `sleep`, and look
+#   at its devices while it trains (`nvidia-smi` on GPUs, the processes on CPU);
 # - how to read a run's TensorBoard scalars back into a DataFrame and plot them, and how to open
 #   TensorBoard itself;
-# - how a PyTorch profiler trace becomes a compute / communication / idle breakdown.
+# - where a PyTorch profiler trace is and how to open it on a timeline, and how it becomes a
+#   compute / communication / idle breakdown.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -25,6 +27,16 @@ from labkit.lab import versions
 versions()
 
 # %% [markdown]
+# The queue before this notebook submits (on a cluster: everyone's jobs, then yours):
+
+# %%
+from labkit.lab_watch import queue_view
+from labkit.site import resolve_cluster
+
+site = resolve_cluster(cluster)  # this notebook's `cluster`, else $LABKIT_CLUSTER or the mini-cluster
+print(queue_view(backend=backend, cluster=site))
+
+# %% [markdown]
 # ## 1 Submit a profiled run and watch it
 #
 # `torch_profiler=True` records torch.profiler traces of a few iterations on rank 0 into
@@ -40,7 +52,23 @@ cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes
                             gpus_per_node=gpus_per_node, train_iters=train_iters)
 cfg = cfg.replace(torch_profiler=True)  # record torch.profiler traces
 job = launch(cfg, cluster=cluster, wait=False)
-final = job_monitor(job, refresh_s=2.0)
+
+# %% [markdown]
+# **The devices while it trains.** On a GPU node you would run `nvidia-smi` in a second terminal:
+# how busy each GPU is and how much of its memory the run holds. `device_view` asks the node the
+# same (`nvidia-smi --query-gpu=...`, inside the job's allocation on Slurm). A CPU run has no GPU
+# to ask: its training processes stand in (`ps`: CPU % and resident memory per rank), and the
+# output says so.
+
+# %%
+from labkit.lab import wait_for_iteration
+from labkit.lab_watch import device_view
+
+wait_for_iteration(job, 2)  # training, not starting up
+print(device_view(job))
+
+# %%
+final = job_monitor(job, refresh_s=1.0)
 assert final == "COMPLETED", job.tail(30)
 
 # %% [markdown]
@@ -86,15 +114,17 @@ plt.show()
 # %% [markdown]
 # ## 3 Profiler trace: where the time goes
 #
-# The trace lists every operator and kernel with its start and duration. labkit sums them into
-# compute (matmuls, attention, ...), communication (all-reduce, send/recv, ...) and idle (gaps
-# where the rank waits).
+# The trace lists every operator and kernel with its start and duration. Look at it on a
+# timeline first: PyTorch's TensorBoard plugin for the profiler is deprecated, and PyTorch's own
+# documentation opens a trace in Perfetto or `chrome://tracing` instead (TensorBoard stays the
+# place for the scalars above). Then labkit sums the trace into compute (matmuls, attention,
+# ...), communication (all-reduce, send/recv, ...) and idle (gaps where the rank waits).
 
 # %%
+from labkit.lab_watch import trace_view
 from labkit.measured.profiling import profile_breakdown
 
-trace_files = sorted(p.name for p in (job.run_dir / "profile").rglob("*") if p.is_file())
-print(trace_files[:10])
+print(trace_view(job.run_dir))
 breakdown = profile_breakdown(job.run_dir / "profile")  # read now, shown after your prediction
 print(f"the trace holds {len(breakdown)} rank(s) of the run's {cfg.world_size}: "
       f"{', '.join(str(r) for r in breakdown['rank'])}")
@@ -205,6 +235,12 @@ record_run("profiled", run.iterations, run.memory)
 b = breakdown.iloc[0]
 record("profiled.communication_share",
        float(b["communication_ms"] / b[["compute_ms", "communication_ms", "memcpy_ms", "idle_ms"]].sum()))
+
+# %% [markdown]
+# The queue after: nothing of yours is left running.
+
+# %%
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## Summary

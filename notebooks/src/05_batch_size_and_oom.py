@@ -18,6 +18,7 @@ train_iters = 10  # iterations per run; keep it small on CPU
 gpu_model = None  # GPU model for MFU's peak, e.g. "H100"; None: the GPU this kernel sees
 micro_batches = [1, 2, 4]  # micro batch sizes of the throughput sweep
 one_node_run = "nb01_dp"  # notebook 01's run (micro batch 2), reused for that point
+micro1_run = "nb01_micro1"  # notebook 01's edited run (micro batch 1), reused for that point
 memory_limit_gb = 1.0  # CPU only: per-rank cap of the OOM demo; on GPUs the budget is the GPU's memory
 run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 
@@ -28,6 +29,16 @@ run_prefix = "nb05"  # runs go to runs/<run_prefix>_*/
 from labkit.lab import versions
 
 versions()
+
+# %% [markdown]
+# The queue before this notebook submits (on a cluster: everyone's jobs, then yours):
+
+# %%
+from labkit.lab_watch import queue_view
+from labkit.site import resolve_cluster
+
+site = resolve_cluster(cluster)  # this notebook's `cluster`, else $LABKIT_CLUSTER or the mini-cluster
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## 1 Throughput vs micro batch
@@ -45,11 +56,12 @@ from labkit.lab import launch
 base = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=one_node_run, backend=backend,
                              nodes=nodes, gpus_per_node=gpus_per_node, train_iters=train_iters)
 gbs = max(micro_batches) * base.dp
+earlier = [base, base.replace(name=micro1_run, micro_batch_size=1)]  # notebook 01's two runs
 jobs = []
 for m in micro_batches:
     cfg = base.replace(micro_batch_size=m, global_batch_size=gbs, name=f"{run_prefix}_mbs{m}")
-    if cfg.replace(name=one_node_run) == base:
-        cfg = base  # the very run of notebook 01: reused, not trained again
+    # the very run of notebook 01: reused, not trained again
+    cfg = next((e for e in earlier if cfg.replace(name=e.name) == e), cfg)
     jobs.append(launch(cfg, cluster=cluster))
 assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) for j in jobs]
 
@@ -264,33 +276,6 @@ rss = float(its["rss_mb"].max())
 print(f"tensors {meas['total_mb']:.1f} MB of a process of {rss:.0f} MB RSS: "
       f"{meas['total_mb'] / rss:.1%}")
 
-# %% [markdown]
-# ## 6 One step's memory, from the profiler
-#
-# `torch_profiler_memory=True` makes the PyTorch profiler record the first two iterations with
-# every allocation and free. Before the first optimizer step only the weights and gradients
-# exist; Adam's two moments appear in that step and stay. In each step the activations pile
-# up during the forward passes and drain in the backward passes.
-
-# %%
-from labkit.measured.plots import plot_memory_timeline
-from labkit.measured.profiling import memory_timeline
-
-mem_run = big_cfg.replace(name=f"{run_prefix}_memory_timeline", train_iters=3,
-                          lr_warmup_iters=min(big_cfg.lr_warmup_iters, 3),
-                          torch_profiler=True, torch_profiler_memory=True)
-mem_job = launch(mem_run, cluster=cluster)
-assert mem_job.state() == "COMPLETED", mem_job.tail(30)
-mt = memory_timeline(mem_job.run_dir, rank=0)
-plot_memory_timeline(mt)
-plt.show()
-first, second = mt[mt["step"] == 1], mt[mt["step"] == 2]
-print(f"step 1 starts at {first['allocated_mb'].iloc[0]:.2f} MB (weights + gradients "
-      f"{mt['baseline_mb'].iloc[0]:.2f} MB); step 2 never drops below "
-      f"{second['allocated_mb'].min():.2f} MB: the optimizer state stayed. Peak in step 2: "
-      f"{second['allocated_mb'].max():.2f} MB, during "
-      f"{second.loc[second['allocated_mb'].idxmax(), 'phase'] or 'the step'}.")
-
 # %%
 from labkit.record import record
 
@@ -298,6 +283,12 @@ for m, v in tput.items():
     record(f"mbs{m}.tokens_per_sec", v)
 record("oom_detected", failures[0].kind)
 record("oom_predicted", not oom_plan.fits)
+
+# %% [markdown]
+# The queue after: the failed run is gone from it, nothing of yours is left running.
+
+# %%
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## Summary

@@ -117,8 +117,12 @@ def launch(cfg: RunConfig, *, cluster: Any = None, reuse: bool = True, wait: boo
             return old
     job = jobs.submit(cfg, cluster=cluster, overwrite=not resume, resume=resume)
     if wait:
+        # A local job's state is read from /proc: poll it every second at most, so that a short
+        # run is not waited for seconds after it ended; a Slurm job's costs the controller an
+        # squeue, so those polls back off to 5 s.
         job.wait(timeout=timeout, progress=progress, hang_timeout=hang_timeout,
-                 cancel_on_interrupt=cancel_on_interrupt)
+                 cancel_on_interrupt=cancel_on_interrupt,
+                 max_interval=1.0 if cfg.backend == "local" else 5.0)
     return job
 
 

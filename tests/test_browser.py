@@ -142,26 +142,33 @@ def lab(tmp_path_factory):
         env.pop(k, None)
     token, port = secrets.token_hex(16), free_port()
     cmd = [str(jupyter_lab), "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=20",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(out / "jupyterlab.log", "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    # The port is free and outside the ephemeral range now; should something take it before the
+    # server binds it, the server moves on (port_retries) and its runtime file names the port.
+    runtime = tmp / "runtime" / f"jpserver-{proc.pid}.json"
     try:
-        lab = Lab(url, token, root, run_root, out, None)
         deadline = time.monotonic() + 90
+        lab = None
         while True:
             try:
-                lab.api("/api/status")
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer on {url} within 90 s "
-                                f"(exit code {proc.poll()}); see {out / 'jupyterlab.log'}")
-                time.sleep(0.5)
+                if lab is None and runtime.exists():
+                    url = f"http://127.0.0.1:{json.loads(runtime.read_text())['port']}"
+                    lab = Lab(url, token, root, run_root, out, None)
+                if lab is not None:
+                    lab.api("/api/status")
+                    break
+            except (OSError, ValueError, KeyError):
+                lab = None  # a runtime file half written, or a server not answering yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"jupyter lab did not answer within 90 s (exit code {proc.poll()}, "
+                            f"runtime file {runtime}); see {out / 'jupyterlab.log'}")
+            time.sleep(0.5)
         with sync_playwright() as pw:
             lab.browser = pw.chromium.launch(executable_path=chromium)
             yield lab
@@ -372,7 +379,6 @@ def check_layout_builder(page, lab: Lab) -> None:
 
 def check_tensorboard(page, lab: Lab, nb) -> None:
     """TensorBoard on the run root that 04 prints: its API and its page list the run's scalars."""
-    from labkit.backends.local import free_port
     from labkit.measured.tb import tensorboard_command
 
     printed = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
@@ -384,11 +390,11 @@ def check_tensorboard(page, lab: Lab, nb) -> None:
     runs = sorted({p.parent.relative_to(lab.run_root).as_posix()
                    for p in lab.run_root.rglob("*tfevents*")})  # TensorBoard's run names
     assert runs, f"no run under {lab.run_root} wrote TensorBoard events"
-    port = free_port()
+    # Port 0: TensorBoard binds a port the kernel gives it, once, and prints its address.
     log = open(lab.out / "tensorboard.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(tensorboard_command(lab.run_root, port=port, host="127.0.0.1"),
+    proc = subprocess.Popen(tensorboard_command(lab.run_root, port=0, host="127.0.0.1"),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    url = None
     try:
         deadline, tags = time.monotonic() + 120, {}
         while not set(runs) <= set(tags):
@@ -396,6 +402,10 @@ def check_tensorboard(page, lab: Lab, nb) -> None:
                 pytest.fail(f"TensorBoard on {lab.run_root} lists {sorted(tags)} within 120 s, "
                             f"not all of {runs}; see {lab.out / 'tensorboard.log'}")
             time.sleep(2)
+            if url is None:
+                m = re.search(r"at (http://127\.0\.0\.1:\d+)/", (lab.out / "tensorboard.log").read_text())
+                url = m and m.group(1)
+                continue
             try:
                 with urllib.request.urlopen(f"{url}/data/plugin/scalars/tags", timeout=10) as r:
                     tags = json.loads(r.read())

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,14 +24,10 @@ import class_env
 import pytest
 from conftest import REPO, skip_or_fail
 
+from labkit.backends.local import free_port
+
 pytestmark = [pytest.mark.users, pytest.mark.timeout(300)]
 USER = "labkit-jup1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +78,9 @@ def test_allow_root_only_for_root(student):
 
 def test_make_jupyter_serves_as_a_user(student):
     user, checkout = student
-    port = _free_port()
+    # A free port outside the ephemeral range; should it be taken meanwhile, JupyterLab moves on
+    # to another (its port_retries) and the address it prints is the one read below.
+    port = free_port()
     proc = subprocess.Popen(_make(user, checkout, env={"BROWSER": "true",
                                                       "JUPYTER_PORT": str(port)}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -94,9 +91,9 @@ def test_make_jupyter_serves_as_a_user(student):
         deadline = time.monotonic() + 180
         for line in proc.stdout:
             seen.append(line)
-            m = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=(\w+)", line)
+            m = re.search(r"http://127\.0\.0\.1:(\d+)/lab\?token=(\w+)", line)
             if m:
-                url = f"http://127.0.0.1:{port}/api/status?token={m.group(1)}"
+                url = f"http://127.0.0.1:{m.group(1)}/api/status?token={m.group(2)}"
                 break
             if time.monotonic() > deadline:
                 break

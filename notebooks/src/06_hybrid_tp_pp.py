@@ -16,7 +16,7 @@ cluster = None  # Slurm cluster profile (name or YAML path); None: $LABKIT_CLUST
 nodes = 2  # nodes of the hybrid runs
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
-sweep = None  # extra layouts as [TP, PP] pairs to run next to yours; None: the planner's first and last pick
+sweep = None  # extra layouts as [TP, PP] pairs to run next to yours and its interleaved run; None: the planner's first pick
 run_prefix = "nb06"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -26,6 +26,16 @@ run_prefix = "nb06"  # runs go to runs/<run_prefix>_*/
 from labkit.lab import versions
 
 versions()
+
+# %% [markdown]
+# The queue before this notebook submits (on a cluster: everyone's jobs, then yours):
+
+# %%
+from labkit.lab_watch import queue_view
+from labkit.site import resolve_cluster
+
+site = resolve_cluster(cluster)  # this notebook's `cluster`, else $LABKIT_CLUSTER or the mini-cluster
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## 1 A hybrid layout for 2 nodes
@@ -249,7 +259,8 @@ else:
 # a speed per rank, the bubble, and every collective at a latency plus its bytes over a bus
 # bandwidth. Those figures come from what this machine or cluster measured, when notebooks 01
 # (compute speed) and 03 (links) stored their measurements; otherwise the estimate uses
-# typical figures and says it is UNCALIBRATED. We then run a few layouts and compare.
+# typical figures and says it is UNCALIBRATED. We compare it with the layouts you ran: yours,
+# yours interleaved (section 3), and the planner's first pick.
 
 # %%
 from labkit.planner import format_layouts, plan_layouts
@@ -260,16 +271,18 @@ print(describe(hw))
 layouts = plan_layouts(nodes=nodes, gpus_per_node=gpus_per_node, model=cfg,
                        micro_batch_size=micro_batch_size, hardware=hw)
 print(format_layouts(layouts, show_invalid=False))
-if sweep is None:  # the planner's first and last pick (one model chunk), besides your layout
+if sweep is None:  # the planner's first pick (one model chunk) that you have not run yet
     picks = [[lp.tp, lp.pp] for lp in layouts if lp.plan is not None and lp.plan.fits
              and lp.vpp == 1 and not lp.tp_crosses_nodes and (lp.tp, lp.pp) != (tp, pp)]
-    sweep = [picks[0], picks[-1]] if len(picks) > 1 else picks
-print(f"runs next to yours (TP={tp} x PP={pp}): " + ", ".join(f"TP={t} x PP={q}" for t, q in sweep))
+    sweep = picks[:1]
+print(f"runs next to yours (TP={tp} x PP={pp}) and its interleaved run: "
+      + ", ".join(f"TP={t} x PP={q}" for t, q in sweep))
 
 # %%
 others = [cfg.replace(name=f"{run_prefix}_tp{t}_pp{q}", tensor_model_parallel_size=t,
                       pipeline_model_parallel_size=q) for t, q in sweep]
-jobs = [job] + [launch(c, cluster=cluster) for c in others]
+ran = [(job, cfg)] + ([(vjob, vcfg)] if chunks > 1 else [])  # already run in section 3
+jobs = [j for j, _ in ran] + [launch(c, cluster=cluster) for c in others]
 assert all(j.state() == "COMPLETED" for j in jobs), [(j.name, str(j.state())) for j in jobs]
 
 # %%
@@ -280,9 +293,9 @@ from labkit.measured.plots import plot_layout_grid
 
 df = load_runs([j.run_dir for j in jobs])
 steady = df[df["iteration"] > 1]
-plot_layout_grid(steady, value="tokens_per_sec")
+plot_layout_grid(steady[steady["name"] != vcfg.name], value="tokens_per_sec")  # one chunk each
 plt.show()
-steady.groupby(["tp", "pp", "dp"])[["elapsed_ms", "tokens_per_sec"]].median()
+steady.groupby("name")[["elapsed_ms", "tokens_per_sec"]].median()
 
 # %% [markdown]
 # **Did the planner rank them the way you measured?** Below, the estimate next to the median
@@ -295,9 +308,11 @@ from labkit.lab import steady_median
 from labkit.planner import estimate_iteration_time
 
 rows = []
-for j, c in zip(jobs, [cfg] + others):
+for j, c in zip(jobs, [c for _, c in ran] + others):
     est = estimate_iteration_time(c, hw)
-    rows.append({"layout": f"TP{c.tp} x PP{c.pp} x DP{c.dp}",
+    vpp = c.num_layers // (c.pp * c.num_layers_per_virtual_pipeline_stage) \
+        if c.num_layers_per_virtual_pipeline_stage else 1
+    rows.append({"layout": f"TP{c.tp} x PP{c.pp} x DP{c.dp}" + (f" x VPP{vpp}" if vpp > 1 else ""),
                  "measured_ms": steady_median(df[df["name"] == c.name]),
                  "estimated_ms": est["iteration_s"] * 1e3,
                  "est_compute_ms": est["compute_s"] * 1e3, "est_bubble_ms": est["bubble_s"] * 1e3,
@@ -339,6 +354,12 @@ from labkit.record import record, record_run
 
 record_run(f"tp{tp}_pp{pp}", run.iterations, run.memory)
 record(f"tp{tp}_pp{pp}.bubble_fraction", p.bubble_fraction)
+
+# %% [markdown]
+# The queue after: nothing of yours is left running.
+
+# %%
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## Summary

@@ -18,6 +18,7 @@ nodes = 1  # nodes of the runs in this notebook
 gpus_per_node = 2  # GPUs per node (training processes per node on CPU)
 train_iters = 10  # iterations per run; keep it small on CPU
 one_node_run = "nb01_dp"  # notebook 01's run: the baseline every optimization is compared with
+micro1_run = "nb01_micro1"  # notebook 01's edited run (micro batch 1): the gradient-accumulation run
 run_prefix = "nb07"  # runs go to runs/<run_prefix>_*/
 
 # %% [markdown]
@@ -27,6 +28,16 @@ run_prefix = "nb07"  # runs go to runs/<run_prefix>_*/
 from labkit.lab import versions
 
 versions()
+
+# %% [markdown]
+# The queue before this notebook submits:
+
+# %%
+from labkit.lab_watch import queue_view
+from labkit.site import resolve_cluster
+
+site = resolve_cluster(cluster)  # this notebook's `cluster`, else $LABKIT_CLUSTER or the mini-cluster
+print(queue_view(backend=backend, cluster=site))
 
 # %%
 from labkit.config import RunConfig
@@ -45,7 +56,7 @@ print(plan(base).summary())
 # Not everything shrinks: the optimizer keeps an fp32 master copy of the weights next to the
 # Adam moments, and gradients are accumulated in fp32. The CPU path trains in fp32 only, so on
 # `profile="cpu"` we compare the planner's prediction for a GPU run (GPT-2 124M, the gpu
-# profile), component by component.
+# profile), component by component; on `profile="gpu"` the two runs are also measured below.
 
 # %%
 from IPython.display import display
@@ -67,13 +78,40 @@ print(f"logits x{parts.loc['logits', 'bf16 / fp32']:.2f} in bf16: the loss works
       f"logits live beside it: 4 + 2 bytes against 4.")
 
 # %% [markdown]
+# **Measured, on GPUs**: the same run in bf16 and in fp32, their median iteration time and the
+# peak memory the GPU allocator saw, next to the planner's peak.
+
+# %%
+from labkit.lab import steady_median
+from labkit.logs import parse_run
+
+if profile == "gpu":
+    mp_rows = {}
+    for j, c in zip(runs_mp, (base, fp32)):
+        assert j.state() == "COMPLETED", j.tail(30)
+        r = parse_run(j.run_dir)
+        mp_rows[c.precision] = {"iteration_ms": steady_median(r.iterations),
+                                "peak_allocated_gb": float(r.memory["max_allocated_mb"].max()) / 1e3,
+                                "planned_peak_gb": plan(c).peak_gb}
+    mp = pd.DataFrame(mp_rows).T
+    display(mp.round(3))
+    ratio = mp.loc[base.precision] / mp.loc["fp32"]
+    print(f"{base.precision} against fp32 on this GPU: x{ratio['iteration_ms']:.2f} the iteration "
+          f"time, x{ratio['peak_allocated_gb']:.2f} the peak memory (planned "
+          f"x{ratio['planned_peak_gb']:.2f}).")
+else:
+    print("Not measured here: profile='cpu' trains in fp32 only, so there is no bf16 run to time. "
+          "With profile='gpu' this cell trains the run in bf16 and in fp32 and shows each one's "
+          "median iteration time and peak allocated GPU memory, next to the planner's peak.")
+
+# %% [markdown]
 # ## 2 Gradient accumulation
 #
 # The same global batch with micro batch 1 instead of 2: twice as many microbatches per
 # iteration, smaller activations, usually a bit slower.
 
 # %%
-accum = base.replace(name=f"{run_prefix}_accum", micro_batch_size=1)
+accum = base.replace(name=micro1_run, micro_batch_size=1)  # notebook 01's edited run, reused
 print(f"microbatches per iteration: {base.num_microbatches} -> {accum.num_microbatches}")
 # %% [markdown]
 # ## 3 Activation recompute
@@ -248,6 +286,12 @@ from labkit.record import record
 for run, row in table.iterrows():
     record(f"{run}.iteration_time_ms", row["iteration_ms"])
     record(f"{run}.final_loss", row["final_loss"])
+
+# %% [markdown]
+# The queue after: nothing of yours is left running.
+
+# %%
+print(queue_view(backend=backend, cluster=site))
 
 # %% [markdown]
 # ## Summary

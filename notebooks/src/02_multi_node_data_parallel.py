@@ -219,6 +219,10 @@ measured_ms = float(bw["time_us"].median()) / 1000
 print(f"all-reduce of {grad_bytes / 1e6:.2f} MB among {ranks} ranks: predicted "
       f"{predicted.value:.1f} ms, measured {measured_ms:.1f} ms "
       f"(measured / predicted = {measured_ms / predicted.value:.2f})")
+if not link.separate:
+    print(f"Your all-reduce crossed this machine's loopback, not a link of "
+          f"{rate_bps / 1e9:g} Gbit/s: the prediction is for the reference's link, the "
+          f"measurement is not (section 7 shows the reference's own).")
 
 # %% [markdown]
 # ## 7 What your numbers say
@@ -235,7 +239,8 @@ print(f"The second node cost {extra:+.1f} ms per iteration; the gradient all-red
       f"nodes, measured alone, takes {measured_ms:.1f} ms ({link.said}).")
 if not link.separate:
     ref = reference()
-    print(f"Your nodes had no link between them, so your numbers cannot show it. REFERENCE, not your "
+    print(f"Your nodes had no link between them (their all-reduce crossed loopback), so your "
+          f"numbers cannot show what a link costs. REFERENCE, not your "
           f"machine ({ref['machine']}, {ref['date']}, {ref['how']}): 1 node "
           f"{ref['nb02']['t1_ms']:.1f} ms, 2 nodes {ref['nb02']['t2_ms']:.1f} ms per iteration; "
           f"all-reduce predicted {ref['nb02']['predicted_ms']:.1f} ms, measured "

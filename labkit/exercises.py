@@ -343,6 +343,16 @@ def check_time_from_flops(answer: Any, *, base: Any, option: Any,
         "hardware FLOPs per iteration (a factor, 1 = no change)."))
 
 
+def check_save_interval(answer: Any, *, checkpoint_s: float, mtbf_s: float, iteration_s: float,
+                        rel_tol: float = 0.1) -> CheckResult:
+    """Iterations between checkpoints by Young's rule: the interval that loses the least time,
+    sqrt(2 x checkpoint cost x mean time between failures) seconds, in iterations."""
+    want = math.sqrt(2 * checkpoint_s * mtbf_s) / iteration_s
+    return check_value("save_interval", answer, want, rel_tol=rel_tol, hint=(
+        "Young's interval is sqrt(2 x checkpoint cost x mean time between failures), both in "
+        "seconds; divide it by the seconds one iteration takes."))
+
+
 def check_value(name: str, answer: Any, expected: Any, *, hint: str,
                 rel_tol: float = 0.05) -> CheckResult:
     """A generic check: a number within ``rel_tol`` (or an exact match for anything else).

@@ -147,6 +147,26 @@ def out_of_service(conf: str | None) -> dict[str, tuple[str, str]]:
     return {n: (t, e) for n, t, e in _rows(p.stdout, 3)} if p.returncode == 0 else {}
 
 
+def hostnames(conf: str | None, nodelist: str) -> list[str]:
+    """``node[1-2]`` -> ``["node1", "node2"]`` (``scontrol show hostnames``); [] for none."""
+    if not nodelist or nodelist == "(null)":
+        return []
+    return _out(["scontrol", "show", "hostnames", nodelist], conf).split()
+
+
+def set_node_state(conf: str | None, node: str, state: str, reason: str | None = None) -> None:
+    """``scontrol update nodename=NODE state=STATE [reason=...]`` (an administrator's command:
+    ``down`` needs a reason, ``resume`` brings the node back)."""
+    _out(["scontrol", "update", f"nodename={node}", f"state={state}",
+          *([f"reason={reason}"] if reason else [])], conf)
+
+
+def start_now(conf: str | None, job_id: str) -> None:
+    """``scontrol update jobid=ID StartTime=now``: a pending job may start at once (an
+    administrator's command; a requeued job otherwise waits about 2 minutes)."""
+    _out(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], conf)
+
+
 def accounted_state(conf: str | None, job_id: str) -> str | None:
     """The job's state in Slurm's accounting (``sacct``); None without accounting."""
     p = run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], slurm_conf=conf)

@@ -213,3 +213,12 @@ def test_each_check_writes_the_value_it_checked_for_the_notebook_tests(tmp_path,
     ex.check_num_microbatches(2, global_batch_size=8, micro_batch_size=2, dp=2)
     assert read_answers(log) == [{"name": "bubble", "value": 0.125},
                                  {"name": "num_microbatches", "value": 2}]
+
+
+def test_save_interval_by_youngs_rule():
+    # sqrt(2 x 60 s x 28800 s) = 1859 s of 2 s iterations: about 930 iterations.
+    facts = dict(checkpoint_s=60, mtbf_s=8 * 3600, iteration_s=2)
+    assert ex.check_save_interval(930, **facts)
+    wrong = ex.check_save_interval(1859, **facts)  # forgot to divide by the iteration time
+    assert not wrong and "too high" in wrong.message and "929" not in wrong.message
+    assert not ex.check_save_interval(FIXME, **facts)

@@ -291,3 +291,21 @@ def reap(job: Job) -> None:
             child.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def failure_hint(job: Job, state: JobState) -> str | None:
+    """For a job whose node was killed (exit code 137 = 128 + SIGKILL: a node's processes died
+    at once, as when a machine fails, or the kernel's OOM killer struck): what happened and the
+    checkpoint to go on from (read by ``labkit.backends.diagnosis``); None otherwise."""
+    if state is not JobState.FAILED or job.exit_code() != 128 + signal.SIGKILL:
+        return None
+    try:
+        ckpt = (job.run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()
+    except OSError:
+        ckpt = ""
+    go_on = (f"its last complete checkpoint is iteration {ckpt.strip()}: launch(cfg, "
+             f"resume=True) (`labkit submit CONFIG --resume`) goes on from there"
+             if ckpt.strip().isdigit() else "it saved no checkpoint: run it again")
+    return (f"a node's processes were killed (SIGKILL: exit code 137): a node that died, or the "
+            f"kernel's OOM killer (dmesg says which); the job script then stopped the other "
+            f"nodes, whose torchrun reports 'got signal: 15' (that stop, not the cause); {go_on}")

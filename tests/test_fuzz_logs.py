@@ -131,7 +131,7 @@ def test_real_logs_damaged(log, tmp_path):
     for seed in range(3):
         for i, variant in enumerate(_variants(lines, random.Random(f"{log.name}:{seed}"))):
             _check(variant)
-            if seed == 0 and i == 2:  # the file path too (grep pre-filter, context reads)
+            if seed == 0 and i == 2:  # the file path too (the Aho-Corasick pass, context reads)
                 path = tmp_path / "log.txt"
                 path.write_bytes(b"\n".join(v if isinstance(v, bytes) else v.encode("utf-8", "surrogatepass")
                                             for v in variant))

@@ -1,8 +1,12 @@
 """The local backend (the embedded default): a job's simulated nodes as real processes here.
 
-``submit`` renders ``job.sh`` (one torchrun agent per simulated node, rendezvous on 127.0.0.1
-at a free port) and starts it in its own session, so the launcher and its agents form one
-process group with stdout/stderr in ``log.txt``. The launcher writes ``exit_code``.
+``submit`` renders ``job.sh`` (one torchrun agent per simulated node, rendezvous at a free port)
+and starts it in its own session, so the launcher and its agents form one process group with
+stdout/stderr in ``log.txt``. The launcher writes ``exit_code``. A job of more than one node
+gets each node as a rootless network namespace with a shaped link (``labkit.nodenet``, its
+``node_link.json`` in the run directory): the script then runs as PID 1 of the job's own
+namespaces, so when it ends or its launcher is killed every process of the job ends too. Where
+that is refused, or for one node, every node talks over 127.0.0.1.
 
 Every process of the job carries a random token in its environment (``LABKIT_JOB_TOKEN``,
 inherited by torchrun's agents and by the workers it starts in sessions of their own), so the

@@ -21,7 +21,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev,deepspeed,hub]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
-	npm install --silent --no-fund --no-audit --prefix $(VENV)/node configurable-http-proxy@$(CHP_VERSION)
+	@if command -v npm >/dev/null; then \
+	  npm install --silent --no-fund --no-audit --prefix $(VENV)/node configurable-http-proxy@$(CHP_VERSION); \
+	else echo "make setup: no npm, so no configurable-http-proxy for labkit class hub (apt-get install nodejs npm)"; fi
 	touch $@
 
 data: setup

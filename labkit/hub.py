@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -224,14 +225,12 @@ def api(path: str, method: str = "GET", body: dict | None = None, url: str | Non
 def server_jobs(conf: str | None) -> dict[str, dict[str, str]]:
     """{user: {"job_id", "state"}}: each student's newest server job Slurm knows (the job
     named ``labkit-hub-<user>`` and run by that user)."""
-    from labkit.classroom import user_name  # the backends: off the CLI's start-up
-
     out: dict[str, dict[str, str]] = {}
     jobs = slurmcli.all_jobs(conf)
     for job_id in sorted(jobs, key=lambda j: int(j) if j.isdigit() else -1):  # newest last
         state, name, uid = jobs[job_id]
         user = name[len(JOB_PREFIX):]
-        if name.startswith(JOB_PREFIX) and user == user_name(uid):
+        if name.startswith(JOB_PREFIX) and user == _user_name(uid):
             out[user] = {"job_id": job_id, "state": state}
     return out
 
@@ -250,6 +249,13 @@ def with_servers(rows: list[dict[str, Any]], conf: str | None) -> list[dict[str,
                     "jobs": {"PENDING": 0, "RUNNING": 0, "finished": 0}, "exercises": None,
                     "last_failure": None, "server": servers[user]})
     return sorted(out, key=lambda r: r["user"])
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def hub_status() -> dict[str, Any]:

@@ -15,9 +15,11 @@ Needs root, the mini-cluster (the session's ``slurm_cluster``), the class venv
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -111,10 +113,14 @@ def hub(klass):
     from labkit.backends.local import free_port
 
     base, site, env = klass
-    p = _labkit("class", "hub", "up", "--cluster", str(site), "--port", str(free_port()),
-                "--group", GROUP, "--json", env=env)
+    # the instructor's copy of the configs, next to the site profile (docs/INSTRUCTORS.md)
+    shutil.copytree(REPO / "code" / "hub", base / "hub-config")
+    config = base / "hub-config" / "minicluster_config.py"
+    p = _labkit("class", "hub", "up", "--cluster", str(site), "--config", str(config),
+                "--port", str(free_port()), "--group", GROUP, "--json", env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout)
+    assert doc["config"] == str(config)
     yield doc, env
 
 
@@ -191,6 +197,18 @@ def test_two_students_servers_are_their_slurm_jobs(hub, klass, slurm_cluster):
         assert not [n for n in names if "solution" in n], names
         assert all(n[:2].isdigit() and n.endswith(".ipynb") for n in names), names
 
+    # the hand-out ahead of the class, as root for both (as each of them): nothing to add
+    p = _labkit("class", "handout", "--students", *STUDENTS, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    given = json.loads(p.stdout)
+    assert sorted(given) == STUDENTS and all(r["action"] == "same" for u in STUDENTS
+                                             for r in given[u]), given
+
+    # TensorBoard of a student, on their server's node, reached through the hub's proxy and
+    # the server's jupyter-server-proxy (no port of a login node shared by the class)
+    _tensorboard_through_the_hub(doc, STUDENTS[1], status["servers"][STUDENTS[1]]["job_id"],
+                                 str(slurm_cluster.slurm_conf))
+
     # stopping a server through the hub ends its Slurm job
     first = STUDENTS[0]
     job_id = status["servers"][first]["job_id"]
@@ -201,6 +219,214 @@ def test_two_students_servers_are_their_slurm_jobs(hub, klass, slurm_cluster):
           timeout=120)
     assert _job_state(conf, status["servers"][STUDENTS[1]]["job_id"]) == "RUNNING"
 
+
+
+def _tensorboard_through_the_hub(doc: dict, user: str, job_id: str, conf: str) -> None:
+    from labkit.backends.local import free_port
+
+    port = free_port()
+    logdir = pwd_home(user)
+    tb = subprocess.Popen(class_env.as_user(user, [
+        "srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1",
+        str(class_env.VENV / "bin" / "tensorboard"), "--logdir", logdir, "--port", str(port)],
+        env={"SLURM_CONF": conf}), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def answers():
+            try:
+                return _api(doc, "/data/logdir", prefix=f"/user/{user}/proxy/{port}")
+            except (OSError, ValueError):
+                return None
+        got = _wait(f"{user}'s TensorBoard through the hub", answers, timeout=120)
+        assert got["logdir"] == logdir, got
+    finally:
+        os.killpg(tb.pid, 15)
+        tb.wait(timeout=60)
+
+
+def pwd_home(user: str) -> str:
+    import pwd
+
+    return pwd.getpwnam(user).pw_dir
+
+
+# --- the browser: two students at once ----------------------------------------------------------
+NOTEBOOK = "01_single_node.ipynb"
+
+
+def _login(browser, doc: dict, user: str):
+    """A student's own browser session: the hub's login form (PAM), then their JupyterLab."""
+    import test_browser as tb
+
+    page = browser.new_context(viewport=tb.VIEW).new_page()
+    page.goto(f"{doc['url']}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", f"pw-{user}")
+    page.click("#login_submit")
+    page.wait_for_url(f"**/user/{user}/lab**", timeout=240_000)  # the server job started
+    page.goto(f"{doc['url']}/user/{user}/lab/tree/{NOTEBOOK}")
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=120_000)
+    return page
+
+
+def _lab(doc: dict, user: str, home: Path):
+    """test_browser's view of one student's JupyterLab (its API with the admin token)."""
+    import test_browser as tb
+
+    token = Path(doc["api_token_file"]).read_text().strip()
+    return tb.Lab(f"{doc['url']}/user/{user}", token, home / "labkit-notebooks", home, home, None)
+
+
+def _lab_settings(home: Path, user: str) -> None:
+    """test_browser's JupyterLab settings (every cell in the page, the kernel started without
+    asking), as the student's own user settings."""
+    import test_browser as tb
+
+    for rel, value in tb.LAB_SETTINGS.items():
+        f = home / ".jupyter" / "lab" / "user-settings" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+    subprocess.run(["chown", "-R", f"{user}:{user}", str(home / ".jupyter")], check=True)
+
+
+@pytest.mark.browser
+def test_two_students_run_01_at_once_in_the_browser(hub, klass, slurm_cluster):
+    """Both log in in Chromium, their servers are their Slurm jobs, each runs 01 from their
+    hand-out to the end at the same time; the instructor's class status shows both servers
+    and their runs; a student's Stop My Server ends the job."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed (.venv/bin/pip install -e '.[dev]')")
+    import test_browser as tb
+
+    from labkit import slurmcli
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.access(chromium, os.X_OK):
+        skip_or_fail("Debian's chromium is not installed (apt-get install chromium)")
+    doc, env = hub
+    base, site, _ = klass
+    conf = str(slurm_cluster.slurm_conf)
+    homes = {u: base / "home" / u for u in STUDENTS}
+    for u in STUDENTS:
+        _lab_settings(homes[u], u)
+    with sync_playwright() as pw, _logs_on_failure(doc, homes):
+        browser = pw.chromium.launch(executable_path=chromium)
+        try:
+            pages = {u: _login(browser, doc, u) for u in STUDENTS}
+            labs = {u: _lab(doc, u, homes[u]) for u in STUDENTS}
+            for u in STUDENTS:  # both kernels up, then Run All in both: the runs overlap
+                _wait(f"{u}'s kernel idle", lambda u=u: (k := _kernel(labs[u]))
+                      and k["kernel"]["execution_state"] == "idle", timeout=180)
+            for u in STUDENTS:
+                tb._click_menu(pages[u], "Run", "Run All Cells")
+            started, idle = time.monotonic(), {"polls": 0}
+
+            def done() -> bool:  # idle at two polls in a row: Run All has nothing left
+                ok = all(_finished(pages[u], labs[u]) for u in STUDENTS)
+                idle["polls"] = idle["polls"] + 1 if ok else 0
+                return idle["polls"] >= 2
+
+            _wait("01 ran to the end in both students' pages", done, timeout=600, every=3)
+            elapsed = time.monotonic() - started
+            for u in STUDENTS:
+                saved, cells = _save(pages[u], labs[u])
+                found = tb.problems(saved, cells)
+                assert not found, f"{u}'s 01 in JupyterLab through the hub:\n  " + "\n  ".join(found)
+
+            # the instructor's view: both servers and both runs
+            p = _labkit("class", "status", "--json", "--cluster", str(site), env=env)
+            assert p.returncode == 0, p.stderr
+            rows = {r["user"]: r for r in json.loads(p.stdout)}
+            jobs = slurmcli.all_jobs(conf)
+            for u in STUDENTS:
+                server = rows[u]["server"]
+                assert server and server["state"] == "RUNNING", rows[u]
+                assert jobs[server["job_id"]][1] == f"labkit-hub-{u}"
+                runs = {x["name"]: x for x in rows[u]["runs"]}
+                assert runs["nb01_dp"]["state"] == "COMPLETED", rows[u]
+                assert runs["nb01_dp"]["iteration"] == runs["nb01_dp"]["train_iters"], rows[u]
+
+            # the plan for 30 from a rehearsal: here one student's 01, as documented
+            p = subprocess.run(class_env.as_user(STUDENTS[1], [
+                str(class_env.VENV / "bin" / "python"), "-m", "labkit", "class", "plan",
+                "--students", "30", "--cluster", str(site), "--json"], env={}),
+                capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, p.stderr
+            plan = json.loads(p.stdout)
+            assert [r["notebook"] for r in plan["notebooks"]] == ["01"], plan
+            one = plan["notebooks"][0]
+            assert one["runs"] >= 2 and one["node_hours"] > 0 and one["checkpoint_bytes"] > 0
+            assert plan["peak_nodes"] == 30 and plan["runs_from"].startswith(str(base))
+
+            # a student stops their server from the hub's home page: its Slurm job ends
+            u = STUDENTS[0]
+            job_id = rows[u]["server"]["job_id"]
+            pages[u].goto(f"{doc['url']}/hub/home")
+            pages[u].click("#stop")
+            _wait(f"{u}'s server job {job_id} ended after Stop My Server",
+                  lambda: _job_state(conf, job_id) not in ("RUNNING", "PENDING", "COMPLETING"),
+                  timeout=120)
+        finally:
+            browser.close()
+    print(f"01 in two students' browsers at once: {elapsed:.0f} s")
+
+
+@contextlib.contextmanager
+def _logs_on_failure(doc: dict, homes: dict[str, Path]):
+    """A failure says what the hub and each student's server logged last."""
+    try:
+        yield
+    except BaseException as e:
+        tails = [f"--- {doc['log']}", _tail(Path(doc["log"]))]
+        for home in homes.values():
+            logs = sorted(home.glob("labkit-jupyter-*.log"), key=lambda f: f.stat().st_mtime)
+            if logs:
+                tails += [f"--- {logs[-1]}", _tail(logs[-1])]
+        raise AssertionError(f"{e}\n" + "\n".join(tails)) from e
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(none)"
+
+
+def _finished(page, lab) -> bool:
+    import test_browser as tb
+
+    cells = page.evaluate(tb.CELLS_JS)
+    started = any(re.search(r"\[\d+\]", c["prompt"]) for c in cells)
+    busy = any("*" in c["prompt"] for c in cells)
+    k = _kernel(lab)
+    return started and not busy and bool(k) and k["kernel"]["execution_state"] == "idle"
+
+
+def _kernel(lab) -> dict | None:
+    """The notebook's session, None while the server does not answer (a 502/503 of the proxy
+    while the hub moves the route of a server that just started)."""
+    import test_browser as tb
+
+    try:
+        return tb._kernel(lab, NOTEBOOK)
+    except urllib.error.HTTPError as e:
+        if e.code in (502, 503):
+            return None
+        raise
+
+
+def _save(page, lab):
+    import nbformat
+    import test_browser as tb
+
+    path = lab.root / NOTEBOOK
+    before = path.stat().st_mtime_ns
+    tb._click_menu(page, "File", "Save Notebook")
+    _wait(f"{path} saved", lambda: path.stat().st_mtime_ns != before, timeout=30, every=0.5)
+    time.sleep(0.5)
+    return nbformat.read(path, as_version=4), page.evaluate(tb.CELLS_JS)
 
 
 def _job_state(conf: str, job_id: str) -> str:

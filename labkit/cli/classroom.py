@@ -82,7 +82,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_class_status(args: argparse.Namespace) -> int:
-    rows = class_status(site_of(args))
+    from labkit.hub import with_servers  # the hub's servers: squeue, off the CLI's start-up
+
+    site = site_of(args)
+    rows = with_servers(class_status(site), site.slurm_conf)
     if args.json:
         show_json(rows)
         return 0
@@ -95,6 +98,8 @@ def cmd_class_status(args: argparse.Namespace) -> int:
         j = r["jobs"]
         say(f"{r['user']:16} {j.get('PENDING', 0):>4} {j.get('RUNNING', 0):>4} "
             f"{j.get('finished', 0):>4} {r['last_notebook'] or '-':>3} {exs:9}  {fails}")
+        if r.get("server"):
+            say(f"{'':16}   {r['server']['job_id']} JupyterLab server {r['server']['state']}")
         for run in r["runs"]:
             if run["state"] in ("PENDING", "RUNNING"):
                 it = (f" iteration {run['iteration']}/{run['train_iters']}"

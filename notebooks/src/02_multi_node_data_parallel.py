@@ -245,6 +245,10 @@ if not link.separate:
           f"{ref['nb02']['t1_ms']:.1f} ms, 2 nodes {ref['nb02']['t2_ms']:.1f} ms per iteration; "
           f"all-reduce predicted {ref['nb02']['predicted_ms']:.1f} ms, measured "
           f"{ref['nb02']['measured_ms']:.1f} ms.")
+elif extra < 0:
+    print("The 2-node run was even faster than the 1-node run: no run does better than ideal "
+          "weak scaling, so the iteration times are timing noise here (one run each); the "
+          "all-reduce measured alone is what the link costs.")
 elif abs(extra - measured_ms) <= 0.3 * measured_ms:
     print("Within 30 % of each other: the time the second node added is the gradient "
           "all-reduce across the link.")

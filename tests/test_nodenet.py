@@ -15,6 +15,7 @@ from labkit import nodenet
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
 from labkit.jobs import submit
+from labkit.measured.link import job_link, reference, ring_allreduce_ms
 
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
 REFUSED = "unshare: unshare failed: Operation not permitted"
@@ -85,3 +86,18 @@ def test_loopback_on_request_and_one_node(monkeypatch):
     assert nodenet.local_link(2) == (None, f"{nodenet.MODE_ENV}=loopback")
     monkeypatch.delenv(nodenet.MODE_ENV)
     assert nodenet.local_link(2)[0] == nodenet.Link()
+
+
+def test_the_link_is_read_from_the_job(tmp_path):
+    nodenet.write_record(tmp_path, 2, nodenet.Link("200mbit"), None)
+    link = job_link(tmp_path, backend="local")
+    assert (link.bits_per_s, link.separate) == (200e6, True) and "200mbit" in link.said
+    nodenet.write_record(tmp_path, 2, None, REFUSED)
+    link = job_link(tmp_path, backend="local")
+    assert (link.bits_per_s, link.separate) == (None, False) and REFUSED in link.said
+    # 2 ranks send the whole 5 MB once: 40 Mbit at 1 Gbit/s; 4 ranks send 1.5 times as much
+    assert ring_allreduce_ms(5e6, 2, 1e9) == pytest.approx(40.0)
+    assert ring_allreduce_ms(5e6, 4, 1e9) == pytest.approx(60.0)
+    ref = reference()  # what notebooks 02 and 03 show, labelled, where there is no link
+    assert ref["machine"] and ref["date"] and ref["how"] and ref["link_bits_per_s"] > 0
+    assert ref["nb03"]["busbw_inter_gbps"] * 3 < ref["nb03"]["busbw_intra_gbps"]

@@ -35,7 +35,7 @@ from labkit import slurmcli
 from labkit._logging import log
 from labkit.errors import LabkitError
 from labkit.paths import CODE_DIR, MINICLUSTER_DIR
-from labkit.site import current_user
+from labkit.site import current_user, load_cluster
 
 HUB_DIR = Path(os.environ.get("LABKIT_HUB_DIR") or "/var/lib/labkit-hub")
 STARTED = HUB_DIR / "started.json"
@@ -130,12 +130,12 @@ def hub_up(cluster: str | Path | None, *, minicluster: bool = False,
         log.info("the hub already runs (pid %s): %s", st["pid"], st["url"])
         return hub_status()
     _check_packages()
-    mini = minicluster
     site = _site_path(cluster)
     if site is None:
         raise LabkitError("the hub needs the class's site profile, readable by the students: "
                           "--cluster /shared/labkit/site.yaml (or $LABKIT_CLUSTER)")
-    cfg = Path(config).resolve() if config else default_config(mini)
+    profile = load_cluster(site)  # checked here: a wrong field is named before anything starts
+    cfg = Path(config).resolve() if config else default_config(minicluster)
     if not cfg.is_file():
         raise LabkitError(f"hub config {cfg}: no such file (the shipped ones: "
                           f"{sorted(p.name for p in CONFIG_DIR.glob('*.py'))})")
@@ -154,11 +154,12 @@ def hub_up(cluster: str | Path | None, *, minicluster: bool = False,
     env = {**os.environ, "LABKIT_HUB_DIR": str(HUB_DIR), "LABKIT_HUB_SITE": site,
            "LABKIT_HUB_URL": url, "LABKIT_HUB_PROXY_API_PORT": str(free_port()),
            "LABKIT_HUB_PROXY": proxy_command(), "LABKIT_HUB_TOKEN_FILE": str(TOKEN_FILE),
-           "LABKIT_HUB_CULL_S": str(cull_s), "LABKIT_HUB_NOTEBOOK_DIR": notebook_dir,
-           "PYTHONPATH": str(CODE_DIR.parent)}
+           "LABKIT_HUB_CULL_S": str(cull_s), "LABKIT_HUB_NOTEBOOK_DIR": notebook_dir}
     if group:
         env["LABKIT_HUB_GROUP"] = group
-    if mini:
+    if profile.slurm_conf:  # the hub's sbatch/squeue/scancel (as the students) use the site's
+        env["SLURM_CONF"] = profile.slurm_conf
+    if minicluster:
         env.setdefault("SLURM_CONF", str(MINICLUSTER_DIR / "slurm.conf"))
         env["LABKIT_HUB_IP"] = MINICLUSTER_HUB_IP
     logf = open(LOG_FILE, "ab")  # noqa: SIM115 - the hub's own stdout/stderr, kept open by it

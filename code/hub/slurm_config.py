@@ -55,6 +55,8 @@ c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = s.notebook_dir
 c.Spawner.start_timeout = 300  # queue wait included; raise it when the class waits in a queue
 c.Spawner.http_timeout = 120
+# The job's environment: the site's setup lines make it, not the hub's (root's) variables.
+c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL"]
 c.Spawner.environment = {"OMP_NUM_THREADS": str(s.cpus)}
 if s.site_path:  # the notebooks' and labkit's site: every command defaults to it
     c.Spawner.environment["LABKIT_CLUSTER"] = s.site_path

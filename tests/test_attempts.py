@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from labkit.run.attempts import attempts, summary
@@ -43,3 +44,19 @@ def test_preempted_saved_on_the_warning_and_resumed_to_the_end():
     assert [(a.number, a.reason, a.exit_code, a.resumed_from, a.last_iteration, a.requeued)
             for a in runs] == [(1, "saved on SIGUSR1 (preemption) at iteration 20", 75, None, 20, True),
                                (2, "completed", 0, 20, 40, False)]
+
+
+def test_labkit_parse_names_the_node_failure_and_the_requeue(capsys):
+    from labkit.cli import main as cli
+
+    log = str(FIX / "minicluster_node_failure_requeued.txt")
+    assert cli(["parse", log]) == 0
+    out = capsys.readouterr().out
+    assert "FAILURE node_failure (line 33): srun: error: Node failure on node2" in out
+    assert ("attempts (Slurm ran this job more than once):\nattempt 1 of job 59572551 on "
+            "node[1-2], 2026-11-26 17:56:36-17:57:06: node failure, last iteration 10\nattempt 2 "
+            "of job 59572551 on node[1-2], 2026-11-26 17:57:20-17:58:12 from iteration 5: "
+            "completed, last iteration 40") in out
+    assert cli(["parse", log, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [a["reason"] for a in doc["attempts"]] == ["node failure", "completed"]

@@ -19,6 +19,8 @@ from labkit.cli.common import (
 )
 from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
 from labkit.errors import LabkitError
+from labkit.run.attempts import Attempt, attempts
+from labkit.run.attempts import summary as attempts_summary
 from labkit.site import named_cluster
 
 
@@ -125,15 +127,40 @@ def cmd_parse(args: argparse.Namespace) -> int:
                           f"DeepSpeed, Megatron/NeMo, Hugging Face, Slurm or CUDA): is it a log? "
                           f"Pass a training log, e.g. runs/<name>/log.txt; a run config is read "
                           f"by labkit check or labkit plan.")
+    runs = {name: [] if args.one_run and len(args.logs) > 1 else _attempts(Path(name))
+            for name in parsed}
     if args.json:
-        docs = {name: pl.to_dict() for name, pl in parsed.items()}
+        docs = {name: {**pl.to_dict(), **({"attempts": [a.to_dict() for a in runs[name]]}
+                                          if runs[name] else {})} for name, pl in parsed.items()}
         show_json(next(iter(docs.values())) if len(docs) == 1 else docs)
         return 0
     for i, (name, pl) in enumerate(parsed.items()):
         if len(parsed) > 1 or args.one_run:
             say(("\n" if i else "") + f"== {name}")
         say(for_cli_users(summary(pl)))
+        if runs[name]:
+            say(for_cli_users("attempts (Slurm ran this job more than once):\n"
+                              + attempts_summary(runs[name])))
     return 0
+
+
+_ATTEMPT_LINES = ("[job]", "***", "[labkit] stopped", "[labkit] resumed", "iteration")
+
+
+def _attempts(path: Path) -> list[Attempt]:
+    """The attempts of a requeued labkit Slurm job in its log (``labkit.run.attempts``); [] for
+    any other log (its first 64 KiB name no attempt: the rest is not read)."""
+    try:
+        with open(path, "rb") as f:
+            if b"[job] attempt " not in f.read(1 << 16):
+                return []
+            f.seek(0)
+            kept = [ln for ln in (raw.decode(errors="replace") for raw in f)
+                    if any(w in ln for w in _ATTEMPT_LINES)]
+    except OSError:
+        return []
+    runs = attempts("".join(kept))
+    return runs if len(runs) > 1 or any(a.reason != "completed" for a in runs) else []
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

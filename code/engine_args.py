@@ -4,10 +4,10 @@ Flag mode takes every RunConfig field that has a Megatron-LM flag (``MEGATRON_FL
 ``--bf16``/``--fp16``, and the flags that spell out what the engine always does
 (``labkit.megatron_args.ENGINE_FLAGS``: given another value, it stops), and the data flags
 (``--data-path``, ``--vocab-file``, ``--merge-file``: paths that must be the ones the engine
-reads, ``labkit.megatron_args.data_paths``). Fields without a flag
-come from ``$LABKIT_CONFIG`` (the run's config.json, which labkit's job scripts name) and must
-agree with the flags; without it they come from the launcher (world size, local size, the GPU
-seen) and RunConfig's defaults. The rule is written out in ``labkit/render.py``.
+reads, ``labkit.megatron_args.data_paths``). How a job script passes a run (flags, and
+config.json in ``$LABKIT_CONFIG`` for the fields without one) is ``labkit/render.py``'s rule;
+without ``$LABKIT_CONFIG`` those fields come from the launcher (world size, local size, the
+GPU seen) and RunConfig's defaults.
 """
 
 from __future__ import annotations

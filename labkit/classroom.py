@@ -24,13 +24,13 @@ from labkit.backends.job import Job
 from labkit.backends.ownership import verify_owned
 from labkit.backends.slurm import SLURM_STATES, job_name
 from labkit.errors import ConfigError, LabkitError
-from labkit.jobs import get_job, job_states, list_jobs
+from labkit.jobs import get_job, job_states, list_jobs, run_dirs
 from labkit.paths import run_root
-from labkit.run.record import JOB_FILE
+from labkit.run.record import JOB_FILE, BadRecord
 from labkit.run.state import JobState
 from labkit.site import ClusterProfile, as_profile, current_user
 from labkit.slurmcli import SlurmError
-from labkit.validate import loads_json, read_input
+from labkit.validate import loads_json, read_file_tail, read_input, regular_file
 
 _ITER_RE = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 _NOTEBOOK_RE = re.compile(r"^nb(\d\d)_")
@@ -274,29 +274,28 @@ def _all_jobs(cluster: ClusterProfile | str | Path | None) -> list[tuple[str, Jo
     through ``verify_owned`` (root only)."""
     out = []
     for user, root in student_roots(cluster).items():
-        for f in sorted(root.glob(f"*/{JOB_FILE}")):
+        for d in run_dirs(root):  # real folders only: a link is never followed
             try:
-                j = Job.load(f.parent)
-            except LabkitError:
+                j = Job.load(d)
+            except LabkitError as e:  # a record that cannot be read: its job may still run
+                if isinstance(e, BadRecord):
+                    warn_once(f"cannot tell ({user}): {e}")
                 continue
-            if Path(j.run_dir).resolve() != f.parent.resolve():
-                continue  # a record naming another directory is not this run's
             out.append((user if user != "*" else (owner(j.run_dir) or "?"), j))
     return out
 
 
 def _progress(job: Job) -> tuple[int | None, int | None]:
-    try:
-        with open(job.log_path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 65536))
-            found = _ITER_RE.findall(f.read())
+    try:  # a student's file: a regular one only (not a FIFO, /dev/zero, a link), its end only
+        found = _ITER_RE.findall(read_file_tail(job.log_path, 65536))
     except OSError:
         return None, None
     return (int(found[-1][0]), int(found[-1][1])) if found else (None, None)
 
 
 def _diagnosis(job: Job, st: JobState) -> str | None:
+    if not regular_file(job.log_path):  # a FIFO or a device would hang or flood the parser
+        return None
     try:
         # labkit.logs brings pandas: off the CLI's start-up
         from labkit.logs import diagnose
@@ -354,10 +353,11 @@ def class_status(cluster: ClusterProfile | str | Path | None = None) -> list[dic
     return out
 
 
-def _need_rights(pairs: list[tuple[str, Job]], doing: str) -> None:
+def _need_rights(pairs: list[tuple[str, Job]], doing: str, roots: dict[str, Path]) -> None:
+    """Root: each job inside its own student's run root (no link out of it); else own runs."""
     if os.geteuid() == 0:
-        for _, j in pairs:
-            verify_owned(j, [Path(j.run_dir).resolve().parent], allow_root=True)
+        for u, j in pairs:
+            verify_owned(j, [r.resolve() for r in [roots.get(u, roots.get("*"))] if r], allow_root=True)
             j._verified = True
         return
     others = sorted({u for u, j in pairs if owner(j.run_dir) != current_user()})
@@ -374,7 +374,7 @@ def class_cancel_all(cluster: ClusterProfile | str | Path | None = None) -> list
     jobs = [j for _, j in pairs]
     states = _class_states(jobs)
     _need_rights([(u, j) for u, j in pairs if not states.get(j.job_id, JobState.UNKNOWN)
-                  .finished], "cancelling")
+                  .finished], "cancelling", student_roots(cluster))
     return _cancel_live(jobs, states, as_instructor=os.geteuid() == 0)
 
 
@@ -383,7 +383,7 @@ def class_clean(cluster: ClusterProfile | str | Path | None = None, *, dry_run: 
     """``clean`` for every student's finished runs (root only, unless ``dry_run``)."""
     pairs = _all_jobs(cluster)
     if not dry_run:
-        _need_rights(pairs, "cleaning")
+        _need_rights(pairs, "cleaning", student_roots(cluster))
     out: list[Freed] = []
     by_user: dict[str, list[Job]] = {}
     for u, j in pairs:

@@ -16,19 +16,20 @@ backends and ``labkit.render`` never import it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit._logging import log
+from labkit._logging import log, warn_once
 from labkit.backends import backend_module
 from labkit.backends.job import Job
 from labkit.backends.ownership import allowed_roots, owned, refuse_if_live, verify_owned
 from labkit.config import RunConfig
-from labkit.errors import ConfigError, LabkitError
+from labkit.errors import ConfigError, LabkitError, SubmissionError
 from labkit.paths import run_dir as _run_dir
 from labkit.paths import run_root
 from labkit.planner import plan
-from labkit.run.record import JOB_FILE
+from labkit.run.record import JOB_FILE, BadRecord, NoRecord
 from labkit.run.spec import JobSpec
 from labkit.run.state import FINISHED, JobState
 from labkit.rundir import claim_run_dir, unwritable
@@ -62,10 +63,9 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
         overwrite: move an existing run directory aside (never deleted) and start afresh.
         resume: continue a run in its directory (checkpoints kept; the log is appended to).
         program: the program torchrun starts on every rank (default ``code/pretrain_gpt.py``).
-        program_args: its arguments. None: for a RunConfig, the run's Megatron-LM flags when
-            the program is ``pretrain_gpt.py`` (config.json named in ``$LABKIT_CONFIG``), else
-            ``--config RUN_DIR/config.json`` (the rule: ``labkit.render``); for a JobSpec
-            none. ``{run_dir}`` in an argument becomes the run directory.
+        program_args: its arguments. None: a run's arguments by ``labkit.render``'s rule (a
+            JobSpec without flags: none). ``{run_dir}`` in an argument becomes the run
+            directory.
     """
     if isinstance(cfg, RunConfig):
         spec = JobSpec.from_config(cfg)
@@ -111,6 +111,7 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
         if program_args is not None:
             job.info["program_args"] = program_args
         job.save()
+        claim.release()
     except BaseException as e:  # a submission happens or leaves everything as it was
         if job is not None:
             try:
@@ -127,23 +128,43 @@ def submit(cfg: RunConfig | JobSpec, *, backend: str | None = None,
 
 def list_jobs(root: str | Path | None = None) -> list[Job]:
     """The caller's own labkit jobs: every ``<root>/*/job.json`` that is well-formed and passes
-    ``ownership.verify_owned`` (others' and forged records are left out), oldest first."""
+    ``ownership.verify_owned`` (others' and forged records are left out), oldest first. Run
+    directories that are symbolic links are never followed (``run_dirs``); a record that cannot
+    be read is named in a warning (its job may still run), not listed."""
     base = Path(root) if root is not None else run_root()
     roots = allowed_roots(base)
     jobs = []
-    try:
-        found = sorted(base.glob(f"*/{JOB_FILE}"))
-    except OSError:
-        found = []
-    for f in found:
+    for d in run_dirs(base):
         try:
-            job = Job.load(f.parent)
-        except LabkitError:
+            job = Job.load(d)
+        except NoRecord:
+            continue
+        except BadRecord as e:  # its job may still run: say so, never drop it silently
+            warn_once(f"cannot tell: {e}")
             continue
         if owned(job, roots):
             job._verified = True
             jobs.append(job)
     return sorted(jobs, key=lambda j: j.submitted_at)
+
+
+def run_dirs(base: Path) -> list[Path]:
+    """The run directories in a run root that hold a record: real folders only. A symbolic
+    link is named in a warning and never followed (it may lead into another user's runs)."""
+    out = []
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    for e in entries:
+        if e.is_symlink():
+            if os.path.lexists(e / JOB_FILE):
+                warn_once(f"{e} is a symbolic link (to {os.readlink(e)}), not a run directory: "
+                          f"labkit does not follow it (neither lists, cancels nor cleans it)")
+            continue
+        if e.is_dir() and os.path.lexists(e / JOB_FILE):
+            out.append(e)
+    return out
 
 
 def job_states(jobs: list[Job]) -> dict[str, JobState]:
@@ -190,12 +211,14 @@ def get_job(ref: str, root: str | Path | None = None) -> Job:
 
 def guard_not_live(run_dir: str | Path, doing: str = "move it aside") -> None:
     """Raise SubmissionError when a PENDING or RUNNING job holds ``run_dir`` (its record there
-    says which); a directory without a readable record holds nothing."""
+    says which), or when its record cannot be read (then nobody can tell); a directory
+    without a record holds nothing."""
     d = Path(run_dir)
-    if not (d / JOB_FILE).exists():
-        return
     try:
         job = Job.load(d)
-    except LabkitError:
+    except NoRecord:
         return
+    except BadRecord as e:  # cannot tell whether its job still runs: it may
+        raise SubmissionError(f"labkit will not {doing}: {e}. Find out whether that job still "
+                              f"runs (ps, squeue) and move {d} away yourself once it does not") from None
     refuse_if_live(job, d, doing)

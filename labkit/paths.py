@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import ConfigError
+from labkit.rules import NAME_RE
 from labkit.validate import env_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,11 @@ def check_slurm_dir() -> None:
 
 
 def run_dir(name: str, root: str | Path | None = None) -> Path:
+    """``<root>/<name>``: the one place a run's name is joined onto a run root, so a name that
+    would lead out of it (``../x``, ``/etc``, ``a/b``) is refused here (ConfigError)."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError(f"run name {name!r:.80} must be 1-64 letters, digits, '.', '_' or '-', "
+                          f"starting with a letter or digit (it names the folder runs/<name>/)")
     return (Path(root) if root is not None else run_root()) / name
 
 

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from labkit.paths import run_root
+from labkit.paths import run_dir
 from labkit.validate import env_path
 
 METRICS_ENV = "LABKIT_METRICS_FILE"
@@ -30,7 +30,7 @@ def record(name: str, value: Any, *, run_name: str | None = None) -> Any:
         value = None
     _memory[name] = value
     target = env_path(METRICS_ENV)  # set but empty: refused, not the current directory
-    path = target if target else (run_root() / run_name / "metrics.json" if run_name else None)
+    path = target if target else (run_dir(run_name) / "metrics.json" if run_name else None)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = json.loads(path.read_text()) if path.exists() else {}

@@ -19,11 +19,11 @@ Megatron-LM ``pretrain_gpt.py`` (a site whose profile sets ``program:`` to it) r
 script unchanged. The data flags are always there (Megatron-LM needs them): paths in labkit's
 data folder are written ``"$DATA_DIR"/...``, set in the script to ``data/`` beside the site's
 ``code_dir`` (beside the folder of a ``program`` given to the function), where labkit's
-``pretrain_gpt.py`` reads its default corpus and tokenizer. The fields that
-have no Megatron-LM flag (name, nodes, gpus_per_node, device, memory_limit_gb, the profiler's
-ranks, ...) travel in ``RUN_DIR/config.json``,
-which the script names in the environment (``LABKIT_CONFIG``), not on the command line:
-Megatron-LM refuses flags it does not know, and ignores the variable. labkit's
+``pretrain_gpt.py`` reads its default corpus and tokenizer. The fields that have no
+Megatron-LM flag (name, nodes, gpus_per_node, device, memory_limit_gb, the profiler's ranks,
+...) travel in ``RUN_DIR/config.json``, which the script names in the environment
+(``LABKIT_CONFIG``), not on the command line: Megatron-LM refuses flags it does not know, and
+ignores the variable. labkit's
 ``pretrain_gpt.py`` reads both, and stops before training when a flag and config.json disagree
 (change the RunConfig and render again, not the job script). ``--config RUN_DIR/config.json``
 stays for any other program given a run (it is what a program other than ``pretrain_gpt.py``,

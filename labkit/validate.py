@@ -81,18 +81,8 @@ def read_small_file(path: str | Path, limit: int = MAX_INPUT_BYTES, *,
     a symbolic link as the last part of the path (``O_NOFOLLOW``). Raises OSError
     (NotAFileError for a file of the wrong kind or size, naming it).
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = _open_regular(path, follow)
     try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if not follow and e.errno == errno.ELOOP:
-            raise NotAFileError(errno.ELOOP, "a symbolic link, not a file", str(path)) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise NotAFileError(errno.EINVAL, kind, str(path))
         chunks, n = [], 0
         while n <= limit:
             b = os.read(fd, min(1 << 20, limit + 1 - n))
@@ -105,6 +95,50 @@ def read_small_file(path: str | Path, limit: int = MAX_INPUT_BYTES, *,
     if n > limit:
         raise NotAFileError(errno.EFBIG, f"more than {limit:,} bytes", str(path))
     return b"".join(chunks)
+
+
+def _open_regular(path: str | Path, follow: bool) -> int:
+    """A read-only descriptor of a regular file, opened without blocking (a FIFO never hangs)
+    and checked on the descriptor itself; NotAFileError for anything else."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:
+            raise NotAFileError(errno.ELOOP, "a symbolic link, not a file", str(path)) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise NotAFileError(errno.EINVAL, kind, str(path))
+    return fd
+
+
+def read_file_tail(path: str | Path, nbytes: int, *, follow: bool = False) -> bytes:
+    """The last ``nbytes`` bytes (at most) of a regular file, by the same door as
+    ``read_small_file``: for the end of a log someone else may have replaced."""
+    fd = _open_regular(path, follow)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, max(0, end - nbytes), os.SEEK_SET)
+        chunks, n = [], 0
+        while n < nbytes and (b := os.read(fd, min(1 << 20, nbytes - n))):
+            chunks.append(b)
+            n += len(b)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def regular_file(path: str | Path, *, follow: bool = False) -> bool:
+    """True when ``path`` opens as a regular file (not a FIFO, a device, a folder or, unless
+    ``follow``, a symbolic link)."""
+    try:
+        os.close(_open_regular(path, follow))
+    except OSError:
+        return False
+    return True
 
 
 def read_input(path: str | Path, what: str) -> str:

@@ -24,7 +24,7 @@ from labkit.cli import main as cli
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, LabkitError, SubmissionError
 from labkit.jobs import Job, JobState, get_job, list_jobs, submit
-from labkit.rundir import claim_run_dir
+from labkit.rundir import claim_run_dir, prepare_run_dir
 from labkit.site import ClusterProfile
 
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
@@ -41,7 +41,7 @@ def _cfg(name: str, **kw) -> RunConfig:
 
 def _finished_run(name: str, code: str = "0") -> Path:
     """A run directory as a finished submission leaves it (record, log, exit code)."""
-    d = claim_run_dir(_cfg(name)).dir
+    d = prepare_run_dir(_cfg(name))
     (d / "log.txt").write_text("earlier run's log\n")
     (d / "exit_code").write_text(code + "\n")
     Job(job_id="local-1", name=name, run_dir=d, backend="local",

@@ -44,11 +44,18 @@ def test_cpu_runs_ignore_the_sites_gpus():
     assert RunConfig.for_profile("cpu", cluster=site) == RunConfig.for_profile("cpu")
 
 
-def test_cluster_none_reads_the_site_of_labkit_cluster(tmp_path, monkeypatch):
+def test_the_site_of_labkit_cluster_comes_from_the_entry_point_not_from_for_profile(
+        tmp_path, monkeypatch):
+    """``for_profile`` takes the site the entry point resolved (``resolve_cluster``, as the
+    notebooks pass it); with ``cluster=None`` it reads no site, whatever $LABKIT_CLUSTER says."""
+    from labkit.site import resolve_cluster
+
     y = tmp_path / "site.yaml"
     y.write_text("name: s\ngpu_memory_gb: 141\ngpus_per_node: 8\n")
     monkeypatch.setenv("LABKIT_CLUSTER", str(y))
-    assert RunConfig.for_profile("gpu").gpu_memory_gb == 141.0
+    assert RunConfig.for_profile("gpu", cluster=resolve_cluster(None)).gpu_memory_gb == 141.0
+    assert RunConfig.for_profile("gpu").gpu_memory_gb == RunConfig.for_profile(
+        "gpu", cluster=ClusterProfile()).gpu_memory_gb == 80.0
     assert RunConfig.for_profile("gpu", cluster=SITE).gpu_memory_gb == 80.0
 
 

@@ -29,6 +29,7 @@ from labkit.errors import ConfigError, LabkitError
 from labkit.paths import run_root
 from labkit.run.record import JOB_FILE, read_record, write_record
 from labkit.run.state import FINISHED, JobState
+from labkit.validate import read_file_tail
 
 __all__ = ["FINISHED", "JOB_FILE", "Job", "JobState", "Watcher"]
 
@@ -105,11 +106,8 @@ class Job:
 
     def tail(self, n: int = 20) -> str:
         """The last ``n`` lines of the log ('' before the job wrote anything)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - 200 * n - 4096))
-                lines = f.read().decode(errors="replace").splitlines()
+        try:  # a regular file only, its end only (not a FIFO, /dev/zero or a link)
+            lines = read_file_tail(self.log_path, 200 * n + 4096).decode(errors="replace").splitlines()
         except OSError:
             return ""
         return "\n".join(lines[-n:])

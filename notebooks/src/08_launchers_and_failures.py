@@ -5,6 +5,8 @@
 # - three ways to start the same multi-node job: Slurm's `srun` + `torchrun`, `pdsh` + `torchrun`
 #   from a hostfile, and the DeepSpeed launcher; what each writes at start-up;
 # - how to kill a running job and resume it from its last checkpoint;
+# - what happens when a node dies under your run: the diagnosis, the resumed loss curve, and
+#   how often to save a checkpoint;
 # - how to diagnose a failed job with labkit: the cause and a hint, instead of scrolling logs;
 # - how to wait on a job with the hang watchdog, so a hung job is diagnosed and cancelled
 #   instead of burning its allocation until the time limit.
@@ -212,7 +214,7 @@ assert ckpts, "the run should have saved at least one checkpoint before it was k
 # stack dump of every rank it can see, the ranks *not* waiting inside a collective, which are
 # usually the culprit), cancels the job and raises `HangError`. The iterations of the attempt we
 # cancelled, still at the end of the log, are not blamed. From a terminal it is `labkit watch`
-# (section 4 runs it).
+# (section 5 runs it).
 
 # %%
 resumed = launch(cfg, cluster=cluster, resume=True, wait=False)
@@ -294,7 +296,116 @@ for f in failures[:3]:
 assert str(bad.state()) == "FAILED" and failures, (bad.state(), failures)
 
 # %% [markdown]
-# ## 4 The same from a terminal
+# ## 4 A node dies under your run
+#
+# On a large cluster a run also ends for reasons you did not cause: a node fails, the time limit
+# comes, a job of higher priority takes the nodes. Here it happens to your own run, on purpose:
+# 2 nodes of one process each, a checkpoint every `save_interval` iterations. Once its first
+# checkpoint is saved and the log shows iteration `kill_at`, node 1 fails. On the local backend every process of that node (its
+# `torchrun` and its rank) gets SIGKILL at once, as when a machine loses power; on the
+# mini-cluster (`backend="slurm"`) labkit sets `node2` DOWN as an administrator would, and
+# Slurm, told by the site profile's `requeue: true`, puts the job back in the queue.
+#
+# The same configuration also runs once without a failure, to compare the loss curves.
+#
+# **Predict before you run the next cells**: from which iteration will the resumed run go on?
+# How many iterations will it do twice? From there on, will its loss curve lie on the
+# uninterrupted one, or beside it?
+
+# %%
+import time
+
+from labkit.faults import fail_node, restore_node, wait_for_checkpoint
+
+two = cfg.replace(name=f"{run_prefix}_node_down", nodes=2, gpus_per_node=1)
+straight = launch(two.replace(name=f"{run_prefix}_straight"), cluster=cluster, progress=False,
+                  hang_timeout=hang_timeout)
+victim = launch(two, cluster=cluster, reuse=False, wait=False)
+wait_for_checkpoint(victim, two.save_interval)
+wait_for_iteration(victim, kill_at, poll_s=0.2)  # a few iterations past the checkpoint
+what = fail_node(victim, 1)
+print(what)
+
+# %% [markdown]
+# What labkit says about it, read from your job: its state, and on the local backend the
+# failure's likely cause and the checkpoint to go on from; on Slurm the job's line while it
+# waits in the queue again (which attempt, how the last one ended, which node is down and why).
+
+# %%
+from labkit.backends.diagnosis import failure_error
+
+if victim.backend == "local":
+    state = victim.wait(progress=False)
+    print(shown(str(failure_error(victim, state)).split("\nLast log lines:")[0]))
+    assert str(state) == "FAILED", state
+    victim = launch(two, cluster=cluster, resume=True, progress=False, hang_timeout=hang_timeout)
+else:  # Slurm requeues it; the node comes back once we saw it waiting
+    node = re.search(r"set (\S+) DOWN", what).group(1)
+    try:
+        while "requeued" not in (line := victim.status_line()):
+            time.sleep(1)
+        print(line)
+    finally:
+        restore_node(victim, node)
+    victim.wait(progress=False, hang_timeout=hang_timeout)
+assert str(victim.state()) == "COMPLETED", victim.tail(30)
+
+# %%
+import matplotlib.pyplot as plt
+
+from labkit.measured.plots import plot_loss
+
+text = victim.log_path.read_text(errors="replace")
+resume_line = re.search(r"resumed from \S+ at iteration (\d+)", text)
+resumed_at = int(resume_line.group(1))  # the checkpoint the second attempt loaded
+done_first = [int(i) for i in re.findall(r"iteration\s+(\d+)/", text[:resume_line.start()])]
+died_after = max(done_first)  # the last iteration logged before the node died
+both = parse_log(victim.log_path).iterations  # attempt 1's iterations, then attempt 2's
+first_part, second_part = both.iloc[:len(done_first)], both.iloc[len(done_first):]
+curves = pd.concat([
+    parse_log(straight.log_path).iterations.assign(run="uninterrupted"),
+    first_part.assign(run="until the node died"), second_part.assign(run="resumed")])
+plot_loss(curves, by="run")
+plt.show()
+ref = parse_log(straight.log_path).iterations.set_index("iteration")["lm_loss"]
+after = second_part.set_index("iteration")["lm_loss"]
+gap = float((after - ref.reindex(after.index)).abs().max())
+print(f"the node died after iteration {died_after}; the resumed attempt went on from the "
+      f"checkpoint of iteration {resumed_at}: {died_after - resumed_at} iteration(s) done twice; "
+      f"largest loss difference to the uninterrupted run after the resume: {gap:.2g}")
+assert 0 <= died_after - resumed_at <= two.save_interval, (died_after, resumed_at)
+
+# %% [markdown]
+# **Exercise 08.2**: choose `save_interval` for a real run. A 512-GPU job loses a node about
+# once every 8 hours; saving a checkpoint takes 60 s; one iteration takes 2 s. Saving often costs
+# the saves; saving rarely costs the work redone after a failure (on average half an interval).
+# Young's rule gives the interval that loses the least: sqrt(2 x checkpoint cost x mean time
+# between failures), in seconds. How many iterations is that?
+
+# %%
+import math
+
+from labkit.exercises import check_save_interval
+
+save_every = round(math.sqrt(2 * 60 * 8 * 3600) / 2)  # EXERCISE: iterations between checkpoints
+check_save_interval(save_every, checkpoint_s=60, mtbf_s=8 * 3600, iteration_s=2);
+
+# %% [markdown]
+# Now against what your own run lost: with `save_interval` iterations between checkpoints, a
+# failure redoes between 0 and `save_interval` of them, half on average.
+
+# %%
+print(f"your run: save_interval={two.save_interval}, a failure after iteration {died_after} "
+      f"redid {died_after - resumed_at} iteration(s) (at most {two.save_interval}, "
+      f"{two.save_interval / 2:g} on average)")
+per_failure_min = save_every / 2 * 2 / 60
+saves_share = 60 / (save_every * 2)
+print(f"the 512-GPU job with save_interval={save_every}: a failure redoes about "
+      f"{per_failure_min:.0f} minutes of work on average, and the saves take "
+      f"{100 * saves_share:.1f}% of the time")
+
+# %% [markdown]
+# ## 5 The same from a terminal
 #
 # Everything above has a command line. Each command below runs here, on the jobs of this
 # notebook, and shows what it prints.
@@ -325,7 +436,7 @@ for command in (f"labkit status {resumed.name}",
     terminal(command)
 
 # %% [markdown]
-# ## 5 End of the lab
+# ## 6 End of the lab
 #
 # Before you leave a shared cluster: cancel whatever of yours still runs (only labkit's jobs of
 # yours; the lab's `scancel -u $USER` without ending your other work), and see what removing
@@ -349,6 +460,9 @@ record("broken.diagnosis", failures[0].kind)
 #   the same hostfile or allocation; their logs say the world size and, with pdsh, the host of
 #   every line. Slurm adds the queue, accounting and the cleanup of every node.
 # - Checkpoints make a killed job cheap: resume picks up at the last saved iteration.
+# - A node that dies costs at most `save_interval` iterations: on Slurm with `requeue: true`
+#   the job comes back by itself; Young's rule, sqrt(2 x checkpoint cost x time between
+#   failures), says how often to save.
 # - A failed job's log says what ended it: you read it yourself first, then
 #   `labkit.logs.diagnose` (or `labkit parse LOG`) named the root cause with a hint; a cancelled
 #   job is diagnosed as cancelled, whatever signal exceptions the cancel caused.

@@ -317,7 +317,9 @@ import time
 
 from labkit.faults import fail_node, restore_node, wait_for_checkpoint
 
-two = cfg.replace(name=f"{run_prefix}_node_down", nodes=2, gpus_per_node=1)
+# On CPU one process per node (the two runs share this machine's cores); on GPUs a node's all.
+two = cfg.replace(name=f"{run_prefix}_node_down", nodes=2,
+                  gpus_per_node=1 if profile == "cpu" else gpus_per_node)
 straight = launch(two.replace(name=f"{run_prefix}_straight"), cluster=cluster, progress=False,
                   hang_timeout=hang_timeout)
 victim = launch(two, cluster=cluster, reuse=False, wait=False)

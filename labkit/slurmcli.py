@@ -211,10 +211,12 @@ def nodes(conf: str | None, partition: str | None) -> list[tuple[str, int, str, 
 
 
 def node_addresses(conf: str | None) -> list[tuple[str, str, str, int | None]]:
-    """(node, address, state, CPUs) of every node (``sinfo -N``); [] when sinfo fails."""
+    """(node, address, state, CPUs) of every node, once (``sinfo -N`` lists a node once per
+    partition it is in); [] when sinfo fails."""
     p = run(["sinfo", "-N", "-h", "-o", "%N|%o|%t|%c"], slurm_conf=conf)
     rows = _rows(p.stdout, 4) if p.returncode == 0 else []
-    return [(n, a, t, int(c) if c.isdigit() else None) for n, a, t, c in rows]
+    first = {n: (n, a, t, int(c) if c.isdigit() else None) for n, a, t, c in reversed(rows)}
+    return [first[n] for n in dict.fromkeys(n for n, *_ in rows)]
 
 
 def partition_settings(conf: str | None, partition: str | None) -> str:

@@ -466,3 +466,11 @@ def test_a_save_on_the_warning_signal_without_requeue_says_so(fake, run_root):
     assert ("the training saved a checkpoint on Slurm's warning signal (time limit or "
             "preemption) and stopped (exit code 75); attempt 1 ended: saved on SIGUSR1 at "
             "iteration 210; its last checkpoint is iteration 210") in msg
+
+
+def test_a_node_in_two_partitions_is_listed_once(fake):
+    """`sinfo -N` prints a node once per partition (the mini-cluster's lab and urgent)."""
+    fake(nodes_out="node1|10.77.0.11|idle|2\nnode1|10.77.0.11|idle|2\n"
+                   "node2|10.77.0.12|alloc|2\nnode2|10.77.0.12|alloc|2\n")
+    assert slurmcli.node_addresses(None) == [("node1", "10.77.0.11", "idle", 2),
+                                             ("node2", "10.77.0.12", "alloc", 2)]

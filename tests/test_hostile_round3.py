@@ -360,6 +360,22 @@ def test_jobspec_text_is_one_line_or_refused(layout, group, word):
     assert group.isidentifier() and group.isascii()
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.one_of(_HOSTILE_TEXT, st.sampled_from(["..", "../x", "/etc/x", "a/b", "a\\b", "x" * 65,
+                                                "ok.run-1", "..x", ".hidden", "run\x00"])))
+def test_a_run_name_never_leads_out_of_the_run_root(name):
+    from labkit.paths import run_dir
+
+    root = Path("/srv/runs/alice")
+    try:
+        d = run_dir(name, root)
+    except ConfigError as e:
+        assert "run name" in str(e)
+        return
+    assert d.parent == root and d.name == name and name not in (".", "..")
+    assert "/" not in name and "\\" not in name and name[0].isalnum()
+
+
 @pytest.mark.parametrize("var", ["LABKIT_METRICS_FILE", "LABKIT_EXERCISE_ANSWERS"])
 def test_an_empty_metrics_or_answers_file_variable_is_refused(run_root, monkeypatch, var):
     from labkit.exercises import check_value

@@ -148,18 +148,27 @@ def _run(cmd: str, clone: Path, timeout: float = 600) -> subprocess.CompletedPro
                           text=True, timeout=timeout)
 
 
+def _skip_reason(plain: str) -> str | None:
+    if plain in NOT_HERE:
+        return NOT_HERE[plain]
+    if any(s in plain for s in JOB_SCRIPT_LINES):
+        return "a line of the rendered job script (tests/test_slurm.py runs job scripts)"
+    return None
+
+
 def _params():
+    # A document with a command that trains (torchrun, papermill) is in the engine tier as a
+    # whole: its commands run in order in one checkout, and make test runs the engine tier in
+    # a pytest of its own, after the others.
+    trains = {where for where, cmd, _ in DOCUMENTED if _skip_reason(_strip_comment(cmd)) is None
+              and any(w in cmd for w in ("torchrun", "papermill"))}
     out = []
     for i, (where, cmd, expected) in enumerate(DOCUMENTED):
         plain = _strip_comment(cmd)
-        marks = []
-        if plain in NOT_HERE:
-            marks.append(pytest.mark.skip(reason=NOT_HERE[plain]))
-        elif any(s in plain for s in JOB_SCRIPT_LINES):
-            marks.append(pytest.mark.skip(reason="a line of the rendered job script "
-                                                 "(tests/test_slurm.py runs job scripts)"))
-        elif "torchrun" in plain or "papermill" in plain:
-            marks.append(pytest.mark.engine)  # trains for real
+        why = _skip_reason(plain)
+        marks = [pytest.mark.skip(reason=why)] if why else []
+        if where in trains:
+            marks.append(pytest.mark.engine)
         out.append(pytest.param(where, plain, expected, id=f"{where}:{i}:{plain[:40]}",
                                 marks=marks))
     return out

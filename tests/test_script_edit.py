@@ -85,3 +85,15 @@ def test_the_exercise_check(base, monkeypatch):
     assert good and good.value.config == base.replace(micro_batch_size=1)
     assert str(good).endswith("labkit read your edit, --micro-batch-size 2 -> 1 "
                               "(micro_batch_size), and the run it asks for passes every rule.")
+
+
+def test_the_copy_lies_in_the_sites_own_run_root_on_slurm(base, run_root, tmp_path):
+    """A class site gives each student a run root of their own; the repository's runs/ (and
+    $LABKIT_RUN_ROOT) may not be theirs to write."""
+    import getpass
+
+    from labkit.site import ClusterProfile
+
+    site = ClusterProfile(run_root=str(tmp_path / "class" / "{user}" / "runs"))
+    copy = se.editable_copy(base.replace(backend="slurm"), cluster=site)
+    assert copy.parent == tmp_path / "class" / getpass.getuser() / "runs" and not list(run_root.glob("*"))

@@ -30,7 +30,6 @@ from labkit.errors import ConfigError
 from labkit.exercises import CheckResult, _finish, _unfilled
 from labkit.lab import launch, run_dir_of, shown
 from labkit.megatron_args import ENGINE_FLAGS, PRECISION_FLAGS, RECOMPUTE_FULL, SWITCHES
-from labkit.paths import run_root
 from labkit.render import render_hostfile_launch, render_local, render_sbatch
 from labkit.run import JobSpec
 from labkit.site import as_profile
@@ -221,10 +220,11 @@ def read_edit(cfg: RunConfig, edited: str | Path, *, cluster: Any = None) -> Scr
 
 
 def editable_copy(cfg: RunConfig, *, cluster: Any = None, path: str | Path | None = None) -> Path:
-    """Render ``cfg``'s job script and write it to ``path`` (default ``<run root>/<name>.job.sh``,
-    beside the run directories): the copy to edit before ``submit_edit``. An existing copy is
-    replaced (render again = start again)."""
-    p = Path(path) if path is not None else run_root() / f"{cfg.name}.job.sh"
+    """Render ``cfg``'s job script and write it to ``path`` (default ``<name>.job.sh`` beside the
+    run directory ``launch`` would use: a site's per-user run root on Slurm): the copy to edit
+    before ``submit_edit``. An existing copy is replaced (render again = start again)."""
+    p = Path(path) if path is not None else \
+        run_dir_of(cfg, cluster=cluster).parent / f"{cfg.name}.job.sh"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(render_script(cfg, cluster=cluster))
     return p

@@ -22,9 +22,11 @@ Two ways in build the same commands (``bridge_commands``, ``node_commands``):
 
 ``probe()`` tries the rootless way once per process; where it is refused (a sysctl, AppArmor,
 a container, missing tools) the local backend logs the reason once and its nodes share this
-machine's loopback as before. Settings (read when a job is submitted): ``LABKIT_LINK_RATE``
-(tc units, e.g. ``1gbit``, ``200mbit``; ``off``: namespaces without shaping),
-``LABKIT_LINK_LATENCY`` (e.g. ``50ms``) and ``LABKIT_LOCAL_NODES=loopback`` (no namespaces).
+machine's loopback as before. The link's settings, read when a job is submitted: the site
+profile's ``local_link: {rate: 1gbit, latency: 50ms}`` (tc units; rate ``off``: namespaces
+without shaping), and over it the environment variables ``LABKIT_LINK_RATE`` and
+``LABKIT_LINK_LATENCY``: an environment variable that is set wins over the profile, the
+profile over the defaults (1gbit, 50ms). ``LABKIT_LOCAL_NODES=loopback``: no namespaces.
 """
 
 from __future__ import annotations
@@ -62,12 +64,11 @@ class Link:
     burst: str = "256kb"
 
     def __post_init__(self) -> None:
-        if self.rate is not None and not _RATE.fullmatch(self.rate):
-            raise ConfigError(f"link rate {self.rate!r} is not a tc rate: use e.g. '1gbit', "
-                              f"'200mbit' ({RATE_ENV}), or 'off' for no shaping")
-        if not _TIME.fullmatch(self.latency):
-            raise ConfigError(f"link latency {self.latency!r} is not a tc time: use e.g. '50ms' "
-                              f"({LATENCY_ENV})")
+        problems = link_problems("off" if self.rate is None else self.rate, self.latency)
+        if isinstance(self.rate, str) and self.rate.lower() in _OFF:
+            problems.append(f"Link(rate={self.rate!r}): an unshaped link is rate=None")
+        if problems:
+            raise ConfigError(problems)
 
     @property
     def bits_per_s(self) -> float | None:
@@ -80,13 +81,34 @@ class Link:
                 "burst", self.burst, "latency", self.latency]
 
 
-def link_from_env(env: dict[str, str] | None = None) -> Link:
-    """The local nodes' link from ``LABKIT_LINK_RATE`` / ``LABKIT_LINK_LATENCY`` (defaults
-    1gbit, 50ms); a rate of ``off`` (or ``none``, ``0``) builds the namespaces unshaped."""
+_OFF = ("off", "none", "0")
+
+
+def link_problems(rate: object, latency: object, where: str = "link") -> list[str]:
+    """What is wrong with a link's ``rate`` and ``latency`` (tc words), each naming the value
+    and the fix; [] when both are good."""
+    out = []
+    if not isinstance(rate, str) or not (rate.lower() in _OFF or _RATE.fullmatch(rate)):
+        out.append(f"{where} rate {rate!r:.40} is not a tc rate: use e.g. '1gbit' or '200mbit' "
+                   f"(bits per second), or 'off' for no shaping")
+    if not isinstance(latency, str) or not _TIME.fullmatch(latency):
+        out.append(f"{where} latency {latency!r:.40} is not a tc time: use e.g. '50ms', "
+                   f"'500us' or '1s'")
+    return out
+
+
+def link_settings(site: dict | None = None, env: dict[str, str] | None = None) -> Link:
+    """The local nodes' link: ``LABKIT_LINK_RATE`` / ``LABKIT_LINK_LATENCY`` where set, else
+    the site profile's ``local_link`` (``{rate, latency}``), else 1gbit and 50ms; a rate of
+    ``off`` (or ``none``, ``0``) builds the namespaces unshaped."""
     env = os.environ if env is None else env
-    rate = env.get(RATE_ENV, "").strip().lower() or "1gbit"
-    latency = env.get(LATENCY_ENV, "").strip().lower() or "50ms"
-    return Link(rate=None if rate in ("off", "none", "0") else rate, latency=latency)
+    site = site or {}
+    rate = (env.get(RATE_ENV, "").strip() or str(site.get("rate") or "1gbit")).lower()
+    latency = (env.get(LATENCY_ENV, "").strip() or str(site.get("latency") or "50ms")).lower()
+    if problems := link_problems(rate, latency):
+        raise ConfigError([f"{p} ({RATE_ENV}/{LATENCY_ENV} where set, else the site profile's "
+                           f"local_link)" for p in problems])
+    return Link(rate=None if rate in _OFF else rate, latency=latency)
 
 
 def node_addr(i: int) -> str:
@@ -152,17 +174,19 @@ def _probe() -> str | None:
     return None
 
 
-def local_link(nodes: int) -> tuple[Link | None, str | None]:
+def local_link(nodes: int, site: dict | None = None, *, quiet: bool = False
+               ) -> tuple[Link | None, str | None]:
     """(the link of a local job's nodes, None) when it gets namespaces; (None, why not)
-    otherwise. A one-node job has no link to build; the refusal is logged once here."""
+    otherwise. ``site``: the site profile's ``local_link``. A one-node job has no link to
+    build; the refusal is logged once here (never with ``quiet``)."""
     if nodes < 2:
         return None, "a single node"
     if os.environ.get(MODE_ENV, "").strip().lower() == "loopback":
         return None, f"{MODE_ENV}=loopback"
-    link = link_from_env()
+    link = link_settings(site)
     reason = probe()
     if reason:
-        if len(_PROBE) == 1:
+        if len(_PROBE) == 1 and not quiet:
             log.warning(f"local nodes share this machine's loopback (no shaped link between "
                         f"them): rootless network namespaces are unavailable: {reason}")
             _PROBE.append(reason)  # logged: once per process
@@ -211,7 +235,7 @@ def describe(link: Link | None) -> str:
     if link is None:
         return "no link: the nodes share this machine's loopback"
     if link.rate is None:
-        return f"not shaped ({RATE_ENV}=off)"
+        return "not shaped (link rate off)"
     return f"tc tbf rate {link.rate} (latency {link.latency}, burst {link.burst})"
 
 

@@ -25,12 +25,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from labkit.backends.local import job_script
 from labkit.config import MEGATRON_FLAGS, RunConfig
 from labkit.errors import ConfigError
 from labkit.exercises import CheckResult, _finish, _unfilled
 from labkit.lab import launch, run_dir_of, shown
 from labkit.megatron_args import ENGINE_FLAGS, PRECISION_FLAGS, RECOMPUTE_FULL, SWITCHES
-from labkit.render import render_hostfile_launch, render_local, render_sbatch
+from labkit.render import render_hostfile_launch, render_sbatch
 from labkit.run import JobSpec
 from labkit.site import as_profile
 
@@ -48,8 +49,8 @@ def render_script(cfg: RunConfig, *, cluster: Any = None) -> str:
     """The job script ``launch`` would submit for ``cfg`` (its backend's), for its run
     directory (``labkit.lab.run_dir_of``); ``cluster``: the site as resolved by the caller."""
     d, spec = run_dir_of(cfg, cluster=cluster), JobSpec.from_config(cfg)
-    if cfg.backend == "local":
-        return render_local(spec, d)
+    if cfg.backend == "local":  # as submit renders it (a multi-node job's nodes as namespaces)
+        return job_script(spec, d, cluster=as_profile(cluster), quiet=True)[0]
     site = as_profile(cluster)
     if site is None:
         raise ConfigError(f"a {cfg.backend} job script needs the site: pass cluster= the site's "

@@ -26,6 +26,7 @@ from typing import Any
 
 from labkit.errors import ConfigError
 from labkit.hosts import check_hosts
+from labkit.nodenet import link_problems
 from labkit.paths import CODE_DIR, MINICLUSTER_SITE, check_slurm_dir
 from labkit.validate import loads_yaml, read_input, text_problem
 
@@ -108,6 +109,11 @@ class ClusterProfile:
     launcher: str = "pdsh"
     """The hostfile backend's launcher: ``pdsh`` (``pdsh -R ssh`` runs torchrun on every host)
     or ``deepspeed`` (the DeepSpeed launcher; ``pip install -e .[deepspeed]``)."""
+    local_link: dict[str, str] | None = None
+    """The local backend's link between a multi-node job's nodes (each a network namespace on
+    this machine, ``labkit.nodenet``): ``{rate: 1gbit, latency: 50ms}``, tc units (rate in
+    bits per second, e.g. ``200mbit``, or ``off``: not shaped; latency: tbf's queueing limit).
+    None: 1gbit, 50ms. ``$LABKIT_LINK_RATE`` / ``$LABKIT_LINK_LATENCY``, where set, win."""
 
     def __post_init__(self) -> None:
         for n in ("modules", "setup", "sbatch_extra"):
@@ -235,7 +241,16 @@ def _check(p: ClusterProfile) -> list[str]:
         v = getattr(p, n)
         if v is not None and (text_problem(n, v) or any(ch.isspace() for ch in v)):
             out.append(f"{n}={v!r:.60} must be a non-empty word without spaces")
-    return out + check_hosts(p)
+    return out + check_hosts(p) + _check_local_link(p.local_link)
+
+
+def _check_local_link(v: Any) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, dict) or set(map(str, v)) - {"rate", "latency"}:
+        return [f"local_link={v!r:.80} must be a mapping with rate and/or latency, e.g. "
+                f"{{rate: 1gbit, latency: 50ms}} (rate off: no shaping)"]
+    return link_problems(str(v.get("rate", "1gbit")), str(v.get("latency", "50ms")), "local_link")
 
 
 def _check_env(env: Any) -> list[str]:

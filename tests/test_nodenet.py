@@ -14,23 +14,64 @@ import pytest
 from labkit import nodenet
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
+from labkit.cli import main
 from labkit.jobs import submit
 from labkit.measured.link import job_link, reference, ring_allreduce_ms
+from labkit.site import ClusterProfile
 
 PROGRAM = Path(__file__).parent / "programs" / "allreduce_job.py"
 REFUSED = "unshare: unshare failed: Operation not permitted"
 
 
-def test_link_settings(monkeypatch):
-    assert nodenet.link_from_env({}) == nodenet.Link("1gbit", "50ms")
-    assert nodenet.link_from_env({nodenet.RATE_ENV: "200mbit"}).bits_per_s == 200e6
+def test_link_settings():
+    assert nodenet.link_settings(None, {}) == nodenet.Link("1gbit", "50ms")
+    assert nodenet.link_settings(None, {nodenet.RATE_ENV: "200mbit"}).bits_per_s == 200e6
     assert nodenet.Link("1gbps").bits_per_s == 8e9  # tc: bps is bytes per second
-    off = nodenet.link_from_env({nodenet.RATE_ENV: "off", nodenet.LATENCY_ENV: "5ms"})
+    off = nodenet.link_settings(None, {nodenet.RATE_ENV: "off", nodenet.LATENCY_ENV: "5ms"})
     assert off.rate is None and off.bits_per_s is None and off.latency == "5ms"
-    with pytest.raises(ConfigError, match=r"'1 gig'.*'200mbit'.*'off'"):
-        nodenet.link_from_env({nodenet.RATE_ENV: "1 gig"})
+    with pytest.raises(ConfigError, match=r"'1 gig'.*'200mbit'.*'off'.*LABKIT_LINK_RATE"):
+        nodenet.link_settings(None, {nodenet.RATE_ENV: "1 gig"})
     with pytest.raises(ConfigError, match=r"'50'.*'50ms'"):
         nodenet.Link(latency="50")
+    with pytest.raises(ConfigError, match=r"rate=None"):
+        nodenet.Link(rate="off")
+
+
+def test_the_site_profile_sets_the_link_and_the_environment_wins():
+    site = ClusterProfile(local_link={"rate": "200mbit", "latency": "5ms"}).local_link
+    assert nodenet.link_settings(site, {}) == nodenet.Link("200mbit", "5ms")
+    assert nodenet.link_settings({"rate": "off"}, {}) == nodenet.Link(None, "50ms")
+    env = {nodenet.RATE_ENV: "100mbit"}  # set: wins over the profile; latency still its
+    assert nodenet.link_settings(site, env) == nodenet.Link("100mbit", "5ms")
+    env = {nodenet.RATE_ENV: "", nodenet.LATENCY_ENV: " "}  # set but empty: the profile's
+    assert nodenet.link_settings(site, env) == nodenet.Link("200mbit", "5ms")
+    with pytest.raises(ConfigError, match=r"local_link rate '1 gig' is not a tc rate.*'200mbit'"):
+        ClusterProfile(local_link={"rate": "1 gig"})
+    with pytest.raises(ConfigError, match=r"local_link latency '5' is not a tc time.*'50ms'"):
+        ClusterProfile(local_link={"latency": "5"})
+    with pytest.raises(ConfigError, match=r"local_link=\{'speed'.*rate and/or latency"):
+        ClusterProfile(local_link={"speed": "1gbit"})
+
+
+def test_render_shows_the_script_submit_runs(tmp_path, monkeypatch, capsys):
+    """``labkit render`` of a multi-node local config: the namespace script, shaped by the
+    site profile's ``local_link``, or the loopback one where namespaces are refused."""
+    monkeypatch.delenv(nodenet.RATE_ENV, raising=False)
+    monkeypatch.delenv(nodenet.MODE_ENV, raising=False)
+    monkeypatch.setattr(nodenet, "_PROBE", [None])  # this user may build namespaces
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"name": "two", "nodes": 2, "gpus_per_node": 1, "global_batch_size": 4}')
+    site = tmp_path / "site.yaml"
+    site.write_text("local_link: {rate: 300mbit, latency: 20ms}\n")
+    assert main(["render", str(cfg), "--cluster", str(site)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!") and 'exec unshare --user' in out and "nsenter" in out
+    assert "tbf rate 300mbit burst 256kb latency 20ms" in out
+    assert "export MASTER_ADDR=10.77.0.11" in out
+    monkeypatch.setattr(nodenet, "_PROBE", ["`unshare -Urnpm` refused: " + REFUSED, "logged"])
+    assert main(["render", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "unshare" not in out and "export MASTER_ADDR=127.0.0.1" in out
 
 
 def test_shaping_is_on_the_node_side_and_can_be_off():

@@ -94,18 +94,29 @@ def _alive(pid: int, start: int | None) -> bool:
 
 def submit(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile | None = None,
            program: str | Path | None = None, program_args: Sequence[str] | None = None) -> Job:
-    """Start the job on this machine (``cluster`` is not read: the local backend has no site)."""
+    """Start the job on this machine (of ``cluster``, the site, only ``local_link`` is read)."""
     (run_dir / CANCELLED_MARK).unlink(missing_ok=True)  # a resumed run starts afresh
     script = run_dir / "job.sh"
-    # More than one node: each node a rootless network namespace with a shaped link where this
-    # user may build one (labkit.nodenet); else all nodes on this machine's loopback.
-    link, why_not = nodenet.local_link(spec.nodes)
+    text, link, why_not = job_script(spec, run_dir, cluster=cluster, program=program,
+                                     program_args=program_args)
     nodenet.write_record(run_dir, spec.nodes, link, why_not)
-    net = nodenet.shell_parts(spec.nodes, link) if link else None
-    script.write_text(render_local(spec, run_dir, program=program, program_args=program_args,
-                                  nodes_net=net))
+    script.write_text(text)
     script.chmod(0o755)
     return start_launcher(spec.name, run_dir, "local", env={"OMP_NUM_THREADS": "1"})
+
+
+def job_script(spec: JobSpec, run_dir: Path, *, cluster: ClusterProfile | None = None,
+               program: str | Path | None = None, program_args: Sequence[str] | None = None,
+               quiet: bool = False) -> tuple[str, nodenet.Link | None, str | None]:
+    """(the job script ``submit`` runs for ``spec``, the nodes' link, why there is none). More
+    than one node: each node a rootless network namespace with a shaped link where this user
+    may build one (``labkit.nodenet``; ``cluster.local_link`` and the environment set it); else
+    all nodes on this machine's loopback. ``quiet``: a refusal is not logged (rendering)."""
+    link, why_not = nodenet.local_link(spec.nodes, cluster.local_link if cluster else None,
+                                       quiet=quiet)
+    net = nodenet.shell_parts(spec.nodes, link) if link else None
+    return (render_local(spec, run_dir, program=program, program_args=program_args,
+                         nodes_net=net), link, why_not)
 
 
 def start_launcher(name: str, run_dir: Path, backend: str, *, env: dict[str, str] | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from labkit.backends.local import job_script
 from labkit.cli.common import add_backend, add_cluster, add_json, positive_int, say, show_json, warn
 from labkit.config import PRESETS, PROFILES, RunConfig
 from labkit.errors import ConfigError, LabkitError
@@ -16,7 +17,6 @@ from labkit.render import (
     job_hosts,
     render_hostfile,
     render_hostfile_launch,
-    render_local,
     render_sbatch,
     render_site_hostfile,
 )
@@ -296,6 +296,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         if cluster.run_root:
             d = cluster.run_root_path() / cfg.name
         sys.stdout.write(render_sbatch(spec, cluster, d))
-    else:
-        sys.stdout.write(render_local(spec, d))
+    else:  # what submit would run: a multi-node job's nodes as network namespaces where it can
+        site = resolve_cluster(args.cluster) if args.cluster else None  # as `labkit submit`
+        sys.stdout.write(job_script(spec, d, cluster=site)[0])
     return 0

@@ -5,11 +5,14 @@ not true, a baseline metric that is missing, a diagnosis or an OOM outcome that 
 outside its tolerance, an arithmetic figure (the bubble fraction) that moved.
 
 Timings are judged one-sided and noise-aware. Slower is a regression, faster never is. A
-timing is the median of the steady iterations (``labkit.record.record_run``); its limit is the
-metric's tolerance (3 x), widened by the spread of several baseline runs when the baseline
-records them (``"runs": [...]``), and multiplied by the machine's load measured around the
-notebook in the same regress run (``labkit.regress.machine_load``: 2.0 when other work holds
-half of the cores), relative to the load recorded with the baseline.
+timing is the median of the steady iterations (``labkit.record.record_run``). Against a
+baseline of one run its limit is the metric's tolerance (3 x). Against a baseline of at least
+three runs (``"runs": [...]``, the median as ``value``) the limit comes from their spread: the
+median plus the larger of SPREAD_K x the slowest run's distance from the median and
+SPREAD_FLOOR of the median, so a 25 % slowdown on a site whose runs agree within a few percent
+fails. Either limit is multiplied by the machine's load measured around the notebook in the
+same regress run (``labkit.regress.machine_load``: 2.0 when other work holds half of the
+cores), relative to the load recorded with the baseline.
 
 Ratios of two noisy timings (weak-scaling efficiency, communication share, speedups) are
 reported, not judged: on the local backend both "nodes" share one machine's cores, and the
@@ -27,7 +30,11 @@ from pathlib import Path
 from typing import Any
 
 FAILING = ("REGRESSION", "FAILED", "MISSING")
-SPREAD_MARGIN = 1.5  # a limit from baseline runs: 1.5 x the slowest run seen, relative to the median
+# A limit from baseline runs: median x (1 + max(SPREAD_K x (slowest / median - 1), SPREAD_FLOOR)),
+# taken from at least SPREAD_MIN_RUNS runs (fewer say little about the spread: the tolerance holds)
+SPREAD_K = 2.0
+SPREAD_FLOOR = 0.15
+SPREAD_MIN_RUNS = 3
 
 # (metric-name suffix, kind, direction, tolerance), first match wins. "up": a rise beyond
 # tol x baseline is a regression; "down": a fall below baseline / tol; "both": a relative
@@ -107,11 +114,13 @@ def _cluster_name(c: Any) -> str | None:
 def _limit(base: float, rule: Rule, runs: list[float] | None, load: float) -> tuple[float, str]:
     """(limit factor, its description) of a one-sided timing rule."""
     factor, why = rule.tol, f"{rule.tol:g}"
-    if runs and len(runs) > 1:
-        med = statistics.median(runs)
-        worst = max(runs) / med if rule.direction == "up" else med / max(min(runs), 1e-12)
-        if SPREAD_MARGIN * worst > factor:
-            factor, why = SPREAD_MARGIN * worst, f"{SPREAD_MARGIN * worst:.2f} (spread of {len(runs)} runs)"
+    nums = [float(v) for v in runs or () if _number(v) and v > 0]
+    if len(nums) >= SPREAD_MIN_RUNS:
+        med = statistics.median(nums)
+        worst = max(nums) / med if rule.direction == "up" else med / min(nums)
+        factor = 1.0 + max(SPREAD_K * (worst - 1.0), SPREAD_FLOOR)
+        why = (f"{factor:.2f} (spread of {len(nums)} runs: median + max({SPREAD_K:g} x spread, "
+               f"{SPREAD_FLOOR:.0%}))")
     if load > 1.0:
         factor *= load
         why += f" x load {load:.2f}"

@@ -19,6 +19,7 @@ from labkit.cli.common import (
 )
 from labkit.doctor import FAIL, doctor_json, render_table, run_doctor
 from labkit.errors import LabkitError
+from labkit.regress_baseline import measure_baseline
 from labkit.run.attempts import Attempt, attempts
 from labkit.run.attempts import summary as attempts_summary
 from labkit.site import named_cluster
@@ -93,8 +94,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="where executed notebooks, metrics.json and report.md go "
                         "(default: runs/regress; an earlier one is moved aside)")
-    p.add_argument("--write-baseline", metavar="METRICS_JSON",
-                   help="run nothing: write a baseline from a regress run's metrics.json")
+    p.add_argument("--write-baseline", metavar="METRICS_JSON", nargs="+",
+                   help="run nothing: write a baseline from regress runs' metrics.json (several: "
+                        "the timing limits come from their spread)")
+    p.add_argument("--runs", type=positive_int, metavar="N",
+                   help="run the series N times and write --baseline FILE from them, comparing "
+                        "nothing (a site's first baseline; 3 or more: limits from their spread)")
     add_json(p, "the summary")
     p.set_defaults(func=cmd_regress)
 
@@ -200,6 +205,11 @@ def cmd_regress(args: argparse.Namespace) -> int:
     # a site profile (--cluster or $LABKIT_CLUSTER) means the series runs there, on Slurm
     site = named_cluster(args.cluster)
     backend = args.backend or ("slurm" if site is not None else None)
+    if args.runs is not None:
+        say(str(measure_baseline(args.notebooks or None, args.runs, profile=args.profile,
+                                 backend=backend, cluster=args.cluster, baseline=args.baseline,
+                                 out=args.out)))
+        return 0
     doc = regress.regress(args.notebooks or None, profile=args.profile, backend=backend,
                           baseline=args.baseline, out=args.out,
                           parameters={"cluster": args.cluster} if args.cluster else None)

@@ -460,6 +460,36 @@ def _runs(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def test_the_idle_culler_ends_a_forgotten_server(hub, slurm_cluster):
+    """A started server nobody uses: jupyterhub-idle-culler, the hub's culler service, run with
+    the admin token and a 5 s timeout (the hub's own waits an hour, --cull-after), stops it
+    through the hub, and its Slurm job ends."""
+    doc, _ = hub
+    conf = str(slurm_cluster.slurm_conf)
+    user = STUDENTS[1]
+    if not (_user(doc, user) or {}).get("servers", {}).get("", {}).get("ready"):
+        _start(doc, user)
+    from labkit.hub import server_jobs
+
+    job_id = server_jobs(conf)[user]["job_id"]
+    assert _job_state(conf, job_id) == "RUNNING"
+    token = Path(doc["api_token_file"]).read_text().strip()
+    culler = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={doc['url']}/hub/api",
+         "--timeout=5", "--cull-every=2"], env={**os.environ, "JUPYTERHUB_API_TOKEN": token},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait(f"{user}'s forgotten server job {job_id} ended",
+              lambda: _job_state(conf, job_id) not in ("RUNNING", "PENDING", "COMPLETING"),
+              timeout=120)
+    finally:
+        culler.terminate()
+        said = culler.communicate(timeout=30)[0]
+    assert f"Culling server {user} (inactive for" in said, said[-2000:]
+    _wait(f"the hub no longer lists {user}'s server",
+          lambda: (_user(doc, user) or {}).get("servers", {}) == {}, timeout=60)
+
+
 def test_hub_down_ends_every_server_job(hub, slurm_cluster):
     """Runs last in this module: the hub stops."""
     doc, env = hub

@@ -394,4 +394,19 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # The guard matters: dist-checkpointing's writer starts a spawn-context process that
     # re-imports this file; without it that child would start training again.
-    sys.exit(main())
+    exit_code = main()
+    if exit_code in (0, STOPPED_EXIT_CODE):
+        # Everything the run writes is closed by now (log, TensorBoard, checkpoints, the process
+        # group). Ending here skips the interpreter's teardown of torch and megatron-core, ~3 s
+        # of CPU per rank that nobody reads (benchmarks/README.md, "Engine (CPU)"). What that
+        # teardown must still do is done here: the processes dist-checkpointing started (a
+        # multiprocessing manager) are ended, else they outlive the rank and hold its stdout.
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            child.terminate()
+            child.join(timeout=10)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+    sys.exit(exit_code)

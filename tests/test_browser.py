@@ -6,17 +6,19 @@ chromium (``/usr/bin/chromium`` through ``executable_path``: no browser is downl
 ``notebooks/NN_*.ipynb``, with its FIXMEs left in place: Run All from the menu, wait for the
 kernel, save, then check that no cell shows an error, that every exercise check printed its
 "replace FIXME" hint, that every widget rendered and every progress bar reached its end, and that
-every figure rendered as an image. In 06 the layout builder's sliders are moved; after 04,
-TensorBoard serves the run root. A screenshot and the executed copy of each notebook are kept in
-``runs/ci/browser/`` under CI, else in pytest's temporary folder.
+every figure rendered as an image. After 04, TensorBoard serves the run root. 06's layout
+builder runs alone (its title, its parameters and its builder section) and its sliders are
+moved. A screenshot and the executed copy of each notebook are kept in ``runs/ci/browser/``
+under CI, else in pytest's temporary folder.
 
 By default the browser runs the notebooks that hold every kind of thing a page must render (00's
-doctor table, 01's run with its progress bar and figures, 04's profiler and TensorBoard, 06's
-layout builder); the others show nothing of a new kind, and the notebooks tier runs every student
-notebook headless with its FIXMEs left in (tests/test_notebooks.py), which checks their outputs.
+doctor table, 01's run with its progress bar and figures, 04's profiler and TensorBoard), and
+06's layout builder without the runs before it; the others show nothing of a new kind, and the
+notebooks tier runs every student notebook headless with its FIXMEs left in
+(tests/test_notebooks.py), which checks their outputs.
 ``LABKIT_BROWSER_SERIES=all`` runs the whole series here too (before a class, say):
 
-    .venv/bin/pytest -m browser -x                                  # checker + 00, 01, 04, 06
+    .venv/bin/pytest -m browser -x                                  # checker, 00, 01, 04, builder
     LABKIT_BROWSER_SERIES=all .venv/bin/pytest -m browser -x        # ~ the series' own time
 """
 
@@ -44,7 +46,8 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[1]
 STUDENT = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # One notebook for each kind of thing a page must render (see the module docstring).
-IN_BROWSER = ("00", "01", "04", "06")
+IN_BROWSER = ("00", "01", "04")
+BUILDER_NB = next(p for p in STUDENT if p.name.startswith("06"))  # its layout builder, alone
 if os.environ.get("LABKIT_BROWSER_SERIES") != "all":
     STUDENT = [p for p in STUDENT if p.name[:2] in IN_BROWSER]
 NOTEBOOK_LIMIT_S = float(os.environ.get("LABKIT_BROWSER_NOTEBOOK_TIMEOUT", "900"))
@@ -329,6 +332,30 @@ def test_student_notebook_runs_in_jupyterlab(path, lab):
     finally:
         if sid:
             lab.api(f"/api/sessions/{sid}", method="DELETE")  # frees the kernel's memory
+        page.close()
+
+
+def test_layout_builder_in_jupyterlab(lab):
+    """06's section "Explore layouts live" as a student meets it: the notebook's title, its
+    parameters and that section, run in JupyterLab; then the sliders are moved. (The whole of 06
+    trains five runs first; the notebooks tier runs it headless, LABKIT_BROWSER_SERIES=all here.)"""
+    nb = nbformat.read(BUILDER_NB, as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "layout_builder(" in c.source)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    nb.cells = [nb.cells[0], params, nb.cells[at - 1], nb.cells[at]]
+    assert nb.cells[2].cell_type == "markdown", "06's builder cell lost its heading"
+    name = f"{BUILDER_NB.stem}.builder.ipynb"
+    nbformat.write(nb, lab.root / name)
+    page = lab.browser.new_page(viewport=VIEW)
+    sid = None
+    try:
+        saved, cells, sid = run_all(lab, page, name)
+        found = problems(saved, cells)
+        assert not found, f"{name} in JupyterLab:\n  " + "\n  ".join(found)
+        check_layout_builder(page, lab)
+    finally:
+        if sid:
+            lab.api(f"/api/sessions/{sid}", method="DELETE")
         page.close()
 
 

@@ -57,9 +57,9 @@ base = RunConfig.for_profile(profile, cluster=resolve_cluster(cluster), name=f"{
                              train_iters=train_iters)
 print(f"{nodes} nodes x {gpus_per_node} = {nodes * gpus_per_node} ranks; {base.num_layers} "
       f"layers, {base.num_attention_heads} attention heads")
-tp = 2  # EXERCISE
+tp = 1  # EXERCISE
 pp = 2  # EXERCISE
-micro_batch_size = 2  # EXERCISE
+micro_batch_size = 1  # EXERCISE
 global_batch_size = micro_batch_size * (nodes * gpus_per_node // (tp * pp)) * 2 * pp  # EXERCISE
 layout = check_hybrid(tp, pp, micro_batch_size, global_batch_size, nodes=nodes,
                       gpus_per_node=gpus_per_node, num_layers=base.num_layers,

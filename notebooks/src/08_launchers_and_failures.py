@@ -132,9 +132,10 @@ import pandas as pd
 from labkit.lab import launch
 from labkit.logs import parse_log
 
+# reuse: a finished run of the very same config (a second pass of the notebook) is not retrained
 if three_ways:
     where = {way: f"{prof.name} ({c.backend})" for way, (c, prof) in ways.items()}
-    runs = {way: launch(c, cluster=prof, reuse=False, progress=False, hang_timeout=hang_timeout)
+    runs = {way: launch(c, cluster=prof, progress=False, hang_timeout=hang_timeout)
             for way, (c, prof) in ways.items()}
 else:  # one way only: this notebook's own backend
     for way, (c, prof) in ways.items():
@@ -153,7 +154,6 @@ else:  # one way only: this notebook's own backend
         one = tp2pp2.replace(name=f"{run_prefix}_local", backend="local")
         label, here = "local (torchrun per simulated node)", "this machine"
     where = {label: here}
-    # reuse: a finished run of this very config (a second pass of the notebook) is not retrained
     runs = {label: launch(one, cluster=cluster, progress=False, hang_timeout=hang_timeout)}
 
 

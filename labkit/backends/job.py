@@ -160,6 +160,7 @@ class Job:
             watchers.append(HangWatchdog(hang_timeout, cancel=True))
         start, delay = time.time(), 0.5
         bar = Progress(self) if progress else None
+        ended = self._exit_code_stamp()
         try:
             while True:
                 st = self.state()
@@ -170,7 +171,10 @@ class Job:
                 if st.finished or (timeout is not None and time.time() - start >= timeout):
                     break
                 left = None if timeout is None else timeout - (time.time() - start)
-                time.sleep(max(0.05, min(delay, left if left is not None else delay)))
+                if self._exit_code_stamp() != ended:  # the ranks are done: the state follows
+                    ended, delay = self._exit_code_stamp(), 0.5
+                self._sleep_unless_ended(max(0.05, min(delay, left if left is not None else delay)),
+                                         ended)
                 delay = min(max_interval, delay * 1.6)
         except KeyboardInterrupt:
             self._interrupted(cancel_on_interrupt)
@@ -181,6 +185,22 @@ class Job:
         if raise_on_failure and st.finished and st is not JobState.COMPLETED:
             raise failure_error(self, st)
         return st
+
+    def _exit_code_stamp(self) -> int | None:
+        try:
+            return (self.run_dir / "exit_code").stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def _sleep_unless_ended(self, seconds: float, stamp: int | None) -> None:
+        """Sleep ``seconds``, waking early when the run writes its exit code: a stat of a file is
+        free where a poll of the scheduler (squeue) is not, so a finished run is not waited for
+        up to ``max_interval`` seconds more."""
+        until = time.monotonic() + seconds
+        while (now := time.monotonic()) < until:
+            time.sleep(min(0.25, until - now))
+            if self._exit_code_stamp() != stamp:
+                return
 
     def _interrupted(self, cancel: bool) -> None:
         try:

@@ -96,6 +96,30 @@ def shared_checkout(dst: Path, venv: Path = VENV) -> Path:
     return dst
 
 
+def write_site(path: Path, *, slurm_conf: Path, checkout: Path, shared: Path,
+               extra: str = "") -> Path:
+    """The class's site profile on the mini-cluster, as the instructor writes it
+    (docs/INSTRUCTORS.md): the class's interpreter, the shared checkout, a run root per
+    student under ``shared``; ``extra`` YAML lines go before the ``env`` block."""
+    path.write_text(
+        "# The class's site profile, as the instructor writes it (docs/INSTRUCTORS.md)\n"
+        "name: class-minicluster\n"
+        "partition: lab\n"
+        "time_limit: \"00:20:00\"\n"
+        "gpu_request: none\n"
+        "master_addr_from: nodeaddr\n"
+        f"slurm_conf: {slurm_conf}\n"
+        f"torchrun: {VENV}/bin/torchrun\n"
+        f"code_dir: {checkout}/code\n"
+        f"run_root: {shared}/{{user}}/runs\n"
+        f"{extra}"
+        "env:\n"
+        "  GLOO_SOCKET_IFNAME: eth0\n"
+        "  OMP_NUM_THREADS: \"1\"\n")
+    path.chmod(0o644)
+    return path
+
+
 def add_users(names: list[str], home_root: Path) -> None:
     for n in names:
         remove_user(n)

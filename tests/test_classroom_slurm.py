@@ -49,23 +49,8 @@ def klass(slurm_cluster):
     shared = base / "shared"
     shared.mkdir()
     shared.chmod(0o1777)  # each student's {user} folder is made by labkit, as that student
-    site = base / "site.yaml"
-    site.write_text(
-        "# The class's site profile, as the instructor writes it (docs/INSTRUCTORS.md)\n"
-        "name: class-minicluster\n"
-        "partition: lab\n"
-        "time_limit: \"00:20:00\"\n"
-        "gpu_request: none\n"
-        "master_addr_from: nodeaddr\n"
-        f"slurm_conf: {slurm_cluster.slurm_conf}\n"
-        f"torchrun: {class_env.VENV}/bin/torchrun\n"
-        f"code_dir: {src}/code\n"
-        f"run_root: {shared}/{{user}}/runs\n"
-        "gpu_memory_gb: 80\n"
-        "env:\n"
-        "  GLOO_SOCKET_IFNAME: eth0\n"
-        "  OMP_NUM_THREADS: \"1\"\n")
-    site.chmod(0o644)
+    site = class_env.write_site(base / "site.yaml", slurm_conf=slurm_cluster.slurm_conf,
+                                checkout=src, shared=shared, extra="gpu_memory_gb: 80\n")
     class_env.add_users(STUDENTS, base / "home")
     try:
         yield base, site, py
@@ -222,6 +207,18 @@ def test_three_students_on_one_site(klass, slurm_cluster):
                         "--cluster", str(site)], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert sorted(r["user"] for r in json.loads(p.stdout)) == [s2, s3]
+    # the instructor frees the class's checkpoints: listed first, then removed (s1 had freed
+    # theirs); never a run still running (the cancelled jobs may still be ending)
+    kept = {u: (_root(base, u) / run / "checkpoints").resolve()
+            for u, run in ((s2, "nb01_dp"), (s3, "nb02_dp_2nodes"))}
+    for extra in (["--dry-run"], []):
+        p = subprocess.run([sys.executable, "-m", "labkit", "class", "clean", *extra, "--json",
+                            "--cluster", str(site)], capture_output=True, text=True, cwd=REPO)
+        assert p.returncode == 0, p.stderr
+        paths = [Path(r["path"]).resolve() for r in json.loads(p.stdout)["removed"]]
+        assert set(kept.values()) <= set(paths), paths
+        assert not [q for q in paths if _root(base, s1).resolve() in q.parents], paths
+        assert all(d.exists() for d in kept.values()) == bool(extra)
 
 
 def test_regress_on_the_site(klass, slurm_cluster, tmp_path):

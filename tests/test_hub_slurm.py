@@ -71,24 +71,10 @@ def klass(slurm_cluster):
     shared = base / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    site = base / "site.yaml"
-    site.write_text(
-        "# The class's site profile, as the instructor writes it (docs/INSTRUCTORS.md)\n"
-        "name: class-minicluster\n"
-        "partition: lab\n"
-        "time_limit: \"00:20:00\"\n"
-        "gpu_request: none\n"
-        "master_addr_from: nodeaddr\n"
-        f"slurm_conf: {slurm_cluster.slurm_conf}\n"
-        f"torchrun: {class_env.VENV}/bin/torchrun\n"
-        f"code_dir: {src}/code\n"
-        f"run_root: {shared}/{{user}}/runs\n"
-        "setup:\n"
-        f"  - export PATH={class_env.VENV}/bin:$PATH\n"
-        "env:\n"
-        "  GLOO_SOCKET_IFNAME: eth0\n"
-        "  OMP_NUM_THREADS: \"1\"\n")
-    site.chmod(0o644)
+    # the setup line puts the class's Python (with the hub extra) on the server jobs' PATH
+    site = class_env.write_site(base / "site.yaml", slurm_conf=slurm_cluster.slurm_conf,
+                                checkout=src, shared=shared,
+                                extra=f"setup:\n  - export PATH={class_env.VENV}/bin:$PATH\n")
     class_env.add_users(STUDENTS, base / "home")
     subprocess.run(["groupadd", "-f", GROUP], check=True, capture_output=True)
     for u in STUDENTS:

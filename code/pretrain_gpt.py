@@ -46,7 +46,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from engine_stop import STOPPED_EXIT_CODE, StopOnSignal  # noqa: E402
+from engine_stop import STOPPED_EXIT_CODE, StopOnSignal, end_process  # noqa: E402
 
 # Slurm's warning signal (SIGUSR1) may come while torch still imports: from here on it is kept
 # for the first iteration boundary (engine_stop.py). It reaches every process of the job step,
@@ -394,19 +394,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # The guard matters: dist-checkpointing's writer starts a spawn-context process that
     # re-imports this file; without it that child would start training again.
-    exit_code = main()
-    if exit_code in (0, STOPPED_EXIT_CODE):
-        # Everything the run writes is closed by now (log, TensorBoard, checkpoints, the process
-        # group). Ending here skips the interpreter's teardown of torch and megatron-core, ~3 s
-        # of CPU per rank that nobody reads (benchmarks/README.md, "Engine (CPU)"). What that
-        # teardown must still do is done here: the processes dist-checkpointing started (a
-        # multiprocessing manager) are ended, else they outlive the rank and hold its stdout.
-        import multiprocessing
-
-        for child in multiprocessing.active_children():
-            child.terminate()
-            child.join(timeout=10)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_code)
-    sys.exit(exit_code)
+    end_process(main())

@@ -201,8 +201,8 @@ def test_deterministic_outcomes_are_judged_strictly():
     assert _row(rows, "08", "resume.resumed_iterations").status == "REGRESSION"
     rows = compare(_rerun({"01_single_node": {"dp_1node.final_loss": 9.5}}), BASELINE)
     assert _row(rows, "01", "dp_1node.final_loss").status == "REGRESSION"
-    rows = compare(_rerun({"06_hybrid_tp_pp": {"tp2_pp2.bubble_fraction": 0.5}}), BASELINE)
-    assert _row(rows, "06", "tp2_pp2.bubble_fraction").status == "REGRESSION"
+    rows = compare(_rerun({"06_hybrid_tp_pp": {"tp1_pp2.bubble_fraction": 0.5}}), BASELINE)
+    assert _row(rows, "06", "tp1_pp2.bubble_fraction").status == "REGRESSION"
 
 
 def test_missing_metric_failed_notebook_and_new_exercise_fail():

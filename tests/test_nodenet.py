@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from labkit import nodenet
+from labkit.cli import main
 from labkit.config import RunConfig
 from labkit.errors import ConfigError
-from labkit.cli import main
 from labkit.jobs import submit
 from labkit.measured.link import job_link, reference, ring_allreduce_ms
 from labkit.site import ClusterProfile

@@ -9,8 +9,9 @@
 #   gradient bytes and the link's rate, then measured.
 #
 # On the local backend every node is its own network namespace on this machine, and the link
-# between nodes is shaped (1 Gbit/s unless `LABKIT_LINK_RATE` says otherwise): traffic inside a
-# node stays on its loopback, traffic between nodes crosses the slow link, as on a cluster.
+# between nodes is shaped (1 Gbit/s unless the site profile's `local_link` or
+# `LABKIT_LINK_RATE` says otherwise): traffic inside a node stays on its loopback, traffic
+# between nodes crosses the slow link, as on a cluster.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)

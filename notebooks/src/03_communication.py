@@ -8,8 +8,8 @@
 # - which process groups of a layout cross nodes, and therefore use the slow link.
 #
 # On the local backend every node is its own network namespace on this machine with a shaped
-# link to the others (1 Gbit/s unless `LABKIT_LINK_RATE` says otherwise): inside a node the
-# ranks talk over its loopback, across nodes over the link.
+# link to the others (1 Gbit/s unless the site profile's `local_link` or `LABKIT_LINK_RATE`
+# says otherwise): inside a node the ranks talk over its loopback, across nodes over the link.
 
 # %% tags=["parameters"]
 profile = "cpu"  # "cpu": tiny GPT on CPU processes (gloo); "gpu": GPT-2 124M on GPUs (NCCL, bf16)
@@ -52,21 +52,40 @@ versions()
 #
 # `code/allreduce_bench.py` is an nccl-tests analog. It reports the **bus bandwidth**
 # (`busbw = algbw x 2(n-1)/n` for all-reduce), comparable with the link speed. Scope `intra`
-# all-reduces among the ranks of one node, `inter` among one rank per node.
+# all-reduces among the ranks of one node, `inter` among one rank per node, `world` among all.
+#
+# On CPU every rank needs a core of its own, or the ranks measure their fight for the cores
+# instead of the link. Where the layout has more ranks than this machine has cores, each scope
+# runs in a job of its own that fits: `intra` on 1 node of `gpus_per_node` ranks, `inter` and
+# `world` on `nodes` nodes of 1 rank (where `world` is the same ring as `inter`).
 
 # %%
+import os
+
+import pandas as pd
+
 from labkit.config import RunConfig
 from labkit.lab import run_allreduce_bench
 
 bench_cfg = RunConfig.for_profile(profile, name=run_name, backend=backend, nodes=nodes,
                                   gpus_per_node=gpus_per_node)
-bw = run_allreduce_bench(bench_cfg, cluster=cluster, max_bytes=max_bytes)
-import os
-
+cores = os.cpu_count() or 1
+split = bench_cfg.device == "cpu" and bench_cfg.world_size > cores
+if split:  # each scope with no more ranks than cores
+    intra_cfg = bench_cfg.replace(name=f"{run_name}_intra", nodes=1)
+    bench_cfg = bench_cfg.replace(gpus_per_node=1)  # one rank per node: across the link
+    jobs = [(intra_cfg, "intra"), (bench_cfg, "inter,world")]
+else:
+    jobs = [(bench_cfg, "world,intra,inter")]
+bw = pd.concat([run_allreduce_bench(c, cluster=cluster, max_bytes=max_bytes, scopes=scopes)
+                for c, scopes in jobs], ignore_index=True)
 if bench_cfg.device == "cpu":
-    print(f"core budget: {bench_cfg.world_size} ranks x {os.environ.get('OMP_NUM_THREADS', '1')} "
-          f"thread(s) on this machine's {os.cpu_count()} core(s); every scope runs all its groups "
-          f"at once")
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    for c, scopes in jobs:
+        print(f"core budget of {scopes}: {c.nodes} node(s) x {c.gpus_per_node} rank(s) x "
+              f"{threads} thread(s) on this machine's {cores} core(s)"
+              + ("" if c.world_size <= cores else
+                 " (more ranks than cores: they also compete for the cores)"))
 bw.head()
 
 # %% [markdown]
@@ -161,7 +180,8 @@ elif nodes > 1:
         print(f"The link carries {rate:.3f} GB/s. The inter scope ran {groups} group(s) at once, "
               f"one per rank of a node, all over that one link: {inter * groups:.3f} GB/s "
               f"together ({inter * groups / rate:.0%} of the link).")
-        print(f"The world group ({bench_cfg.world_size} ranks) is one ring through every rank; "
+        ranks = int(bw[bw["scope"] == "world"]["world_size"].max())
+        print(f"The world group ({ranks} ranks) is one ring through every rank; "
               f"it crosses the link once each way, so the link bounds it too: {world:.3f} GB/s "
               f"is {world / rate:.0%} of the link and {world / intra:.0%} of the bandwidth "
               f"inside a node.")

@@ -21,6 +21,23 @@ from labkit.errors import ConfigError, LabkitError
 from labkit.run import JobSpec
 
 PWN = "TP=1\ntouch /tmp/PWNED"
+MARK = Path("/tmp/PWNED")  # what every attack here would write, had it run
+
+
+def _stamp() -> int | None:
+    try:
+        return MARK.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _no_payload_ran():
+    """Refused is not enough: the attack's payload must not have run either (the file may be
+    left from elsewhere; this test must not have written it)."""
+    before = _stamp()
+    yield
+    assert _stamp() == before, f"an attack's payload ran during this test: {MARK} was written"
 
 
 # ---- text that reaches a job script: the one validation door ------------------------------

@@ -171,8 +171,8 @@ class Job:
                 if st.finished or (timeout is not None and time.time() - start >= timeout):
                     break
                 left = None if timeout is None else timeout - (time.time() - start)
-                if self._exit_code_stamp() != ended:  # the ranks are done: the state follows
-                    ended, delay = self._exit_code_stamp(), 0.5
+                if (stamp := self._exit_code_stamp()) != ended:  # ranks done: the state follows
+                    ended, delay = stamp, 0.5
                 self._sleep_unless_ended(max(0.05, min(delay, left if left is not None else delay)),
                                          ended)
                 delay = min(max_interval, delay * 1.6)

@@ -446,6 +446,17 @@ def _runs(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def _running_server_job(doc: dict, conf: str, user: str) -> str:
+    """The Slurm job of ``user``'s server, started through the hub if it is not up."""
+    if not (_user(doc, user) or {}).get("servers", {}).get("", {}).get("ready"):
+        _start(doc, user)
+    from labkit.hub import server_jobs
+
+    job_id = server_jobs(conf)[user]["job_id"]
+    assert _job_state(conf, job_id) == "RUNNING"
+    return job_id
+
+
 def test_the_idle_culler_ends_a_forgotten_server(hub, slurm_cluster):
     """A started server nobody uses: jupyterhub-idle-culler, the hub's culler service, run with
     the admin token and a 5 s timeout (the hub's own waits an hour, --cull-after), stops it
@@ -453,12 +464,7 @@ def test_the_idle_culler_ends_a_forgotten_server(hub, slurm_cluster):
     doc, _ = hub
     conf = str(slurm_cluster.slurm_conf)
     user = STUDENTS[1]
-    if not (_user(doc, user) or {}).get("servers", {}).get("", {}).get("ready"):
-        _start(doc, user)
-    from labkit.hub import server_jobs
-
-    job_id = server_jobs(conf)[user]["job_id"]
-    assert _job_state(conf, job_id) == "RUNNING"
+    job_id = _running_server_job(doc, conf, user)
     token = Path(doc["api_token_file"]).read_text().strip()
     culler = subprocess.Popen(
         [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={doc['url']}/hub/api",
@@ -481,12 +487,7 @@ def test_hub_down_ends_every_server_job(hub, slurm_cluster):
     doc, env = hub
     conf = str(slurm_cluster.slurm_conf)
     user = STUDENTS[1]
-    if not (_user(doc, user) or {}).get("servers", {}).get("", {}).get("ready"):
-        _start(doc, user)
-    from labkit.hub import server_jobs
-
-    job_id = server_jobs(conf)[user]["job_id"]
-    assert _job_state(conf, job_id) == "RUNNING"
+    job_id = _running_server_job(doc, conf, user)
     p = _labkit("class", "hub", "down", "--json", env=env)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == {"cancelled": []}  # the hub itself ended its server's job

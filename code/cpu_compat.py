@@ -26,6 +26,7 @@ and idempotent: a second call patches nothing and returns ``[]``.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,30 @@ def _cpu_rng_set(new_state: torch.Tensor, *args: Any, **kwargs: Any) -> None:
     torch.set_rng_state(new_state)
 
 
+def _eager(fn: Callable | None = None, **_options: Any) -> Any:
+    """``torch.compile``'s signature, compiling nothing: ``@_eager`` and ``@_eager(...)``."""
+    return fn if fn is not None else (lambda f: f)
+
+
+def _import_megatron_eager() -> None:
+    """Import megatron-core with its ``jit_fuser`` decorator left as the plain function.
+
+    megatron-core binds ``megatron.core.jit.jit_fuser = torch.compile`` when it is imported and
+    decorates its fused element-wise kernels with it: some thirty ``torch.compile`` wrappers (and
+    torch._dynamo's import) for kernels the CPU path never calls, its fusions being off
+    (``engine_model.fusions``). That cost about 1 s of CPU per rank here before the first
+    iteration (2.6 instead of 3.5 s from ``import torch`` to a built optimizer). Every
+    ``@jit_fuser``, also in modules imported later, gets its function back unchanged;
+    ``torch.compile`` itself is torch's own again at once.
+    """
+    compile_ = torch.compile
+    torch.compile = _eager
+    try:
+        import megatron.core  # noqa: F401  (binds jit_fuser and decorates with it)
+    finally:
+        torch.compile = compile_
+
+
 def apply() -> list[str]:
     """Redirect megatron-core's CUDA assumptions to the CPU; returns the names patched.
 
@@ -117,6 +142,9 @@ def apply() -> list[str]:
     put(torch.Tensor, "cuda", _tensor_cuda, "torch.Tensor.cuda")
     put(torch.Tensor, "type", _tensor_type, "torch.Tensor.type")
 
+    if "megatron.core" not in sys.modules:
+        _import_megatron_eager()
+        patched.append("megatron.core.jit.jit_fuser -> eager")
     # The RNG tracker imported its helpers by name; patch them where they live.
     from megatron.core.tensor_parallel import random as mp_random
 

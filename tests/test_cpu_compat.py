@@ -69,3 +69,26 @@ print(json.dumps({"patched": patched, "zeros_wrapped":
     hasattr(torch.zeros, "__labkit_cpu_redirect__")}))
 """)
     assert r == {"patched": [], "zeros_wrapped": False}
+
+
+def test_megatrons_fused_kernels_stay_eager_and_dynamo_unimported():
+    """megatron-core decorates its fused kernels with ``torch.compile`` at import; on the CPU
+    path (fusions off) that only costs start-up: they stay the plain functions (importing the
+    engine's modules does not import torch._dynamo), and ``torch.compile`` is torch's own again
+    afterwards."""
+    r = _run("""
+compile_ = torch.compile
+patched = cpu_compat.apply()
+from megatron.core import jit
+from megatron.core.fusions import fused_bias_gelu
+import engine_model  # what a rank imports to build and train the model
+x = torch.randn(4, 8); b = torch.randn(8)
+print(json.dumps({"patched": patched, "dynamo": "torch._dynamo" in sys.modules,
+    "compile_restored": torch.compile is compile_,
+    "fuser_is_eager": jit.jit_fuser(len) is len,
+    "plain": type(fused_bias_gelu.bias_gelu).__name__,
+    "same": bool(torch.equal(fused_bias_gelu.bias_gelu(b, x), fused_bias_gelu.bias_gelu(b, x)))}))
+""")
+    assert "megatron.core.jit.jit_fuser -> eager" in r["patched"]
+    assert r == {**r, "dynamo": False, "compile_restored": True, "fuser_is_eager": True,
+                 "plain": "function", "same": True}

@@ -95,8 +95,7 @@ def test_a_running_jobs_directory_is_never_moved_aside(run_root):
 
     job = _job("held", sleep=60)
     try:
-        assert job.wait(timeout=30, progress=False) is JobState.RUNNING or \
-            job.state() is JobState.RUNNING
+        assert _wait_for(lambda: job.state() is JobState.RUNNING), job.state()
         cfg = RunConfig.for_profile("cpu", name="held")
         with pytest.raises(SubmissionError) as e:
             launch(cfg, wait=False)

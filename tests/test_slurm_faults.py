@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slurm
 TINY = dict(nodes=2, gpus_per_node=1, num_layers=2, hidden_size=64, num_attention_heads=4,
             seq_length=64, max_position_embeddings=64, micro_batch_size=2, global_batch_size=4,
             log_interval=1, save_interval=5, lr_warmup_iters=2)
+ALLREDUCE_JOB = Path(__file__).parent / "programs" / "allreduce_job.py"
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+ \|")
 
 
@@ -91,17 +93,26 @@ def test_node_down_mid_run_is_requeued_resumes_from_its_checkpoint_and_completes
     assert "node2" in kinds.get("node_failure", ""), kinds  # srun: error: Node failure on node2
 
 
-def test_a_one_minute_time_limit_saves_on_the_warning_and_says_why(slurm_cluster, run_root):
+def test_a_one_minute_time_limit_saves_on_the_warning_or_ends_the_job(slurm_cluster, run_root):
+    """The training saves on Slurm's warning and stops (exit code 75); a program that does not
+    stop is ended by Slurm at the limit: TIMEOUT. Side by side: each waits out the same minute."""
     # Slurm sends the warning at its first check less than warning_s + 30 s before the end:
     # here 29-59 s into the minute; the kill comes at a later check, 30 s after it or more.
     short = slurm_cluster.replace(time_limit="1", warning_s=1, requeue=False)
     job = submit(RunConfig(name="one_minute", train_iters=100_000, **TINY), backend="slurm",
                  cluster=short)
+    # one process on the CPU each node has left beside the training's one
+    late = submit(RunConfig(name="timeout", nodes=1, gpus_per_node=1, train_iters=3,
+                            extra={"sleep": 600, "iters": 600}),
+                  backend="slurm", cluster=slurm_cluster.replace(time_limit="1"),
+                  program=ALLREDUCE_JOB)
     try:
         st = job.wait(timeout=240, progress=False)
+        assert late.wait(timeout=240, progress=False) is JobState.TIMEOUT, late.tail(20)
     finally:
-        if not job.state().finished:
-            job.cancel()
+        for j in (job, late):
+            if not j.state().finished:
+                j.cancel()
     log = job.log_path.read_text()
     assert st is JobState.FAILED and job.exit_code() == 75, (st, job.tail(30))
     assert re.search(r"\[job\] SIGUSR1 from Slurm at \S+ \S+: the time limit is near", log), log

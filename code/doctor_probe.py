@@ -7,7 +7,8 @@ phase, so a probe killed half-way still says how far it got:
    and (with ``--data``) the dataset's ``.bin``/``.idx`` and the tokenizer files: present,
    readable from first to last byte, their sizes, the ``.idx`` header.
 2. ``run_root``: write a file into the run root and read it back; rank 0 publishes its ports
-   there and the others read them (a run root that is not shared stops them here).
+   there (``ports.json``, later ``store.json``: each bound before it is published) and the
+   others read them (a run root that is not shared stops them here).
 3. ``master``: resolve MASTER_ADDR, find the interface the route to it leaves by, connect to a
    TCP port rank 0 listens on, and estimate the clock offset from rank 0 (NTP-style).
 4. ``allreduce``: a tiny gloo all-reduce over all probes (the "does it hang" test).
@@ -186,12 +187,6 @@ def route_dev(ip: str) -> str | None:
     return out[out.index("dev") + 1] if "dev" in out else None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def serve(listener: socket.socket, clients: int, deadline: float) -> int:
     """Rank 0: answer each client's ping with this node's clock (8-byte double)."""
     served = 0
@@ -235,17 +230,27 @@ def wait_for(path: Path, deadline: float) -> dict[str, Any] | None:
     return None
 
 
-def allreduce(ip: str, port: int, rank: int, world: int, timeout: float) -> dict[str, Any]:
+def allreduce(ip: str, out: Path, rank: int, world: int, timeout: float) -> dict[str, Any]:
+    """A gloo all-reduce over all probes. Rank 0 serves the process group's store on a port
+    the OS gives it and publishes it in ``<out>/store.json``; the others read it there. (A port
+    looked up first and bound later can be taken in between by another process.)"""
     import torch
     import torch.distributed as dist
 
     t0 = time.time()
-    # Under torchrun (a job script starts the probe as it starts training), this variable makes
-    # init_process_group join the agent's store instead of serving its own tcp:// one.
-    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://{ip}:{port}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=timeout))
+        span = timedelta(seconds=timeout)
+        if rank == 0:
+            store = dist.TCPStore("0.0.0.0", 0, world, is_master=True, timeout=span,
+                                  wait_for_workers=False)
+            (out / "store.json").write_text(json.dumps({"port": store.port}))
+        else:
+            got = wait_for(out / "store.json", t0 + timeout)
+            if got is None:
+                return {"ok": False, "error": f"rank 0 published no store port in {out} within "
+                        f"{timeout:.0f}s", "seconds": time.time() - t0}
+            store = dist.TCPStore(ip, int(got["port"]), world, is_master=False, timeout=span)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=span)
         x = torch.ones(1024)
         dist.all_reduce(x)
         value = float(x[0])
@@ -288,18 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.time() + a.timeout
     listener = None
     if rank == 0:
-        want = a.port or free_port()
+        # the port asked for, else one the OS gives (bound at once: nothing can take it first)
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind(("", want))
+            listener.bind(("", a.port))
             rec["port_free"] = True
         except OSError as e:
-            rec["port_free"], rec["port_error"] = False, f"port {want}: {e}"
+            rec["port_free"], rec["port_error"] = False, f"port {a.port}: {e}"
             listener.bind(("", 0))
         listener.listen(max(8, a.world))
-        ports = {"ping": listener.getsockname()[1], "allreduce": free_port(),
-                 "wanted": want}
+        got = listener.getsockname()[1]
+        ports = {"ping": got, "wanted": a.port or got}
         (out / "ports.json").write_text(json.dumps(ports))
     else:
         ports = wait_for(out / "ports.json", deadline)
@@ -330,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         # the process-group timeout) is reported as a hang after --timeout seconds.
         box: dict[str, Any] = {}
         t = threading.Thread(target=lambda: box.update(allreduce(
-            rec["master_ip"], ports["allreduce"], rank, a.world, a.timeout)), daemon=True)
+            rec["master_ip"], out, rank, a.world, a.timeout)), daemon=True)
         t.start()
         t.join(a.timeout)
         rec["allreduce"] = box or {"ok": False, "hung": True, "seconds": a.timeout,

@@ -195,3 +195,32 @@ def test_probe_is_a_node_program_that_does_not_import_labkit():
     assert not {m for m in mods if m.split(".")[0] == "labkit"}, mods
     r = subprocess.run([sys.executable, str(probe), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--rank" in r.stdout
+
+
+def test_probes_started_at_once_each_get_their_own_ports(tmp_path):
+    """Three 2-rank probes on this machine at the same time: each rank 0 binds its ports before
+    it publishes them (the ping listener, then the all-reduce's store on a port the OS gives),
+    so no probe can take another's port between a look-up and a bind, and every all-reduce
+    finishes with its own two ranks."""
+    probe = REPO / "code" / "doctor_probe.py"
+    procs = []
+    for k in range(3):
+        for rank in (0, 1):
+            procs.append(subprocess.Popen(
+                [sys.executable, str(probe), "--out", str(tmp_path / f"p{k}"), "--rank", str(rank),
+                 "--world", "2", "--master-addr", "127.0.0.1", "--timeout", "120"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}))
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    stores, pings = set(), set()
+    for k in range(3):
+        out = tmp_path / f"p{k}"
+        for rank in (0, 1):
+            rec = json.loads((out / f"rank-{rank}.json").read_text())
+            assert rec["phase"] == "done" and rec["ping"]["ok"], rec
+            assert rec["allreduce"]["ok"] and rec["allreduce"]["value"] == 2.0, rec["allreduce"]
+        pings.add(json.loads((out / "ports.json").read_text())["ping"])
+        stores.add(json.loads((out / "store.json").read_text())["port"])
+    assert len(pings) == 3 and len(stores) == 3 and not pings & stores, (pings, stores)

@@ -21,6 +21,9 @@ from labkit.doctor import CHECKS, FAIL, PASS, run_doctor
 pytestmark = pytest.mark.slurm
 HOST_CHECKS = [c for c in CHECKS if c[0] in ("hostfile", "hostfile_port", "hostfile_interface")]
 SSH_CHECK = [c for c in CHECKS if c[0] == "hostfile"]
+# A fixed port, as a site's MASTER_PORT is (the check tests the port the jobs will use, and the
+# firewall test drops exactly it). It is bound inside node1's network namespace, where only the
+# mini-cluster's jobs live, and the tiers that use the mini-cluster run one test at a time.
 PORT = 29623
 
 

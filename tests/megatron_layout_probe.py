@@ -14,15 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 from pathlib import Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _count_params(m: dict, tp: int, pp: int, vpp: int) -> int:
@@ -74,8 +66,8 @@ def worker(rank: int, world: int, port: int, tp: int, pp: int, vpp: int, models:
 
     cpu_compat.apply()
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                                  virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
     groups = {
@@ -102,10 +94,14 @@ def main() -> None:
     ap.add_argument("--models", default="[]", help="JSON list of model dicts")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    mp.spawn(worker, args=(a.world, _free_port(), a.tp, a.pp, a.vpp, json.loads(a.models), a.out),
+    # The store is served from here, on a port the OS gives and held until the workers are done:
+    # a port looked up, released and bound again later could be taken in between.
+    store = dist.TCPStore("127.0.0.1", 0, a.world, is_master=True, wait_for_workers=False)
+    mp.spawn(worker, args=(a.world, store.port, a.tp, a.pp, a.vpp, json.loads(a.models), a.out),
              nprocs=a.world, join=True)
 
 

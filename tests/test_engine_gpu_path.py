@@ -170,7 +170,8 @@ import json, os, sys
 sys.path.insert(0, {code!r}); sys.path.insert(0, {repo!r})
 import cpu_compat, torch
 cpu_compat.apply()
-torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0,
+# one process: its store lives in it (no TCP port to pick, nothing another process can take)
+torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0,
                                      world_size=1)
 from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -204,12 +205,7 @@ print(json.dumps(out))
 
 
 def test_bf16_and_fp16_models_are_all_half_and_bf16_runs_forward():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = _BUILD.format(code=str(CODE), repo=str(REPO), port=port)
+    script = _BUILD.format(code=str(CODE), repo=str(REPO))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -9,6 +9,12 @@
         Memory usage:  13.65GB`` (earlier versions separate the pairs with ``, ``)
     nanoGPT:
         ``iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%`` (before 2023-02 without mfu)
+    fairseq (progress_bar.py's simple and json formats; 2019 printed them behind ``| ``, later
+    versions through logging, ``2020-07-17 07:11:02 | INFO | train_inner | ``):
+        ``epoch 001:    450 / 1891 loss=11.521, nll_loss=10.881, ppl=1886.05, wps=52922, ups=0.5,
+        wpb=104928, bsz=5325, num_updates=445, lr=8.90889e-05, gnorm=1.543, ..., loss_scale=2.000``
+        ``{"epoch": 27, "update": 26.267, "loss": "8.206", ..., "wps": "1195.4", "ups": "1.62",
+        "num_updates": "33700", "lr": "0.00017226", "gnorm": "1.833", ...}``
 
 scan.py finds torchtitan's and picotron's lines by their ``memory``/``Memory`` field. nanoGPT's
 hold no trigger word: parse.py reads them from every line of a log with no Megatron line and no
@@ -18,11 +24,19 @@ pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_no
 tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
 ``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU. Memory becomes a memory row: torchtitan
 prints its peak reserved memory in GiB, picotron ``torch.cuda.memory_reserved() / 1e9`` (GB).
+fairseq's step is its ``num_updates`` (the ``450 / 1891`` before it counts batches of the epoch);
+``loss``, ``lr``, ``gnorm`` and ``loss_scale`` fill their columns, ``wps`` (target tokens per second,
+all GPUs) tokens_per_sec, and ``ups`` (updates per second, averaged over the log interval) gives
+elapsed_ms = 1000 / ups. Its end-of-epoch summaries (``| epoch 027 | loss 6.343 | ...``, json keys
+``train_loss``, ``train_num_updates``) average the epoch and are no step records; nor are its
+validation lines. fairseq's lines hold no trigger word either (``oom=0`` aside) and are read as
+nanoGPT's are.
 nanotron's and NeMo 2's lines have the ``|`` fields of Megatron's and are read in megatron.py.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -33,6 +47,11 @@ _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
                       r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                       r", time (\d{1,20}(?:\.\d{1,20})?)ms"
                       r"(?:, mfu (-?\d{1,20}(?:\.\d{1,20})?)%)?")
+_FAIRSEQ = re.compile(r"epoch \d{1,6}:\s{0,12}\d{1,12} / \d{1,12}\s{1,12}(?=loss=)")
+_FAIRSEQ_PAIR = re.compile(r"(\w{1,40})=([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
+                           r"(?![\w.])")
+_FAIRSEQ_KEYS = {"loss": "lm_loss", "lr": "lr", "gnorm": "grad_norm", "loss_scale": "loss_scale",
+                 "wps": "tokens_per_sec"}
 _START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
 _PAIR = re.compile(r"([A-Za-z][\w /.-]{0,40}?):\s{0,12}([-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
                    r"\s{0,2}([KMGBT%]|GiB|GB|MiB|MB|ms|s)?(?![\w.])")
@@ -48,17 +67,52 @@ _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 
 def may_be_loop_line(raw: str | bytes) -> bool:
     """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
-    return (b"iter " in raw and b": loss " in raw) if isinstance(raw, bytes) else \
-        ("iter " in raw and ": loss " in raw)
+    if isinstance(raw, bytes):
+        return (b"iter " in raw and b": loss " in raw) or b"num_updates" in raw
+    return ("iter " in raw and ": loss " in raw) or "num_updates" in raw
 
 
 def has_no_trigger(text: str) -> bool:
-    """A step line of a loop whose lines hold no trigger word (nanoGPT's ``iter N: loss X``)."""
+    """A step line of a loop whose lines hold no trigger word (nanoGPT's ``iter N: loss X``,
+    fairseq's ``epoch 001:  450 / 1891 loss=...`` and json records)."""
+    if "num_updates" in text:
+        return _fairseq(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
 
+def _fairseq(text: str) -> dict[str, Any] | None:
+    """A fairseq step line (simple or json format) -> an iteration record, or None."""
+    start = text.find('{"epoch": ')
+    if start >= 0:
+        try:
+            pairs = json.loads(text[start:])
+        except ValueError:
+            return None
+        if not isinstance(pairs, dict):
+            return None
+    else:
+        m = _FAIRSEQ.search(text)
+        if m is None:
+            return None
+        pairs = dict(_FAIRSEQ_PAIR.findall(text, m.end()))
+    try:
+        rec: dict[str, Any] = {"iteration": int(pairs["num_updates"])}
+        for key, col in _FAIRSEQ_KEYS.items():
+            if key in pairs:
+                rec[col] = float(pairs[key])
+        ups = float(pairs["ups"]) if "ups" in pairs else 0.0
+    except (KeyError, ValueError, TypeError):
+        return None
+    if ups > 0:
+        rec["elapsed_ms"] = 1000.0 / ups
+    return rec if "lm_loss" in rec else None
+
+
 def parse_step_line(text: str) -> dict[str, Any] | None:
-    """A torchtitan or picotron step line -> an iteration record (``_memory``: column, MiB), or None."""
+    """A torchtitan, picotron, nanoGPT or fairseq step line -> an iteration record (``_memory``:
+    column, MiB), or None."""
+    if "num_updates" in text:
+        return _fairseq(text)
     m = _NANOGPT.match(text) if text.lstrip().startswith("iter ") else None
     if m is not None:
         rec = {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}

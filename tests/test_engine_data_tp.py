@@ -48,14 +48,15 @@ class CountingSamples:
 
 
 def _tp_worker(rank: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    os.environ.update(OMP_NUM_THREADS="1")
     sys.path.insert(0, str(REPO / "code"))
     sys.path.insert(0, str(REPO))
     import cpu_compat
     import torch
 
     cpu_compat.apply()
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    store = torch.distributed.TCPStore("127.0.0.1", port, 2, is_master=False)
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=2)
     import engine_data
     from megatron.core import parallel_state as ps
 
@@ -75,11 +76,12 @@ def _tp_worker(rank: int, port: int, out: str) -> None:
 
 
 def test_tp_rank_0_alone_reads_and_broadcasts(tmp_path):
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    from labkit.backends.local import free_port
-
-    mp.start_processes(_tp_worker, args=(free_port(), str(tmp_path)), nprocs=2,
+    # the store on a port the OS gives, held here until both ranks are done (nothing can take it)
+    store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    mp.start_processes(_tp_worker, args=(store.port, str(tmp_path)), nprocs=2,
                        start_method="spawn")
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["reads"] == STEPS * MBS and r1["reads"] == 0

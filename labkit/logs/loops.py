@@ -25,12 +25,14 @@ tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (per
 ``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU. Memory becomes a memory row: torchtitan
 prints its peak reserved memory in GiB, picotron ``torch.cuda.memory_reserved() / 1e9`` (GB).
 fairseq's step is its ``num_updates`` (the ``450 / 1891`` before it counts batches of the epoch);
-``loss``, ``lr``, ``gnorm`` and ``loss_scale`` fill their columns, ``wps`` (target tokens per second,
-all GPUs) tokens_per_sec, and ``ups`` (updates per second, averaged over the log interval) gives
-elapsed_ms = 1000 / ups. Its end-of-epoch summaries (``| epoch 027 | loss 6.343 | ...``, json keys
-``train_loss``, ``train_num_updates``) average the epoch and are no step records; nor are its
-validation lines. fairseq's lines hold no trigger word either (``oom=0`` aside) and are read as
-nanoGPT's are.
+lines before 2019 (``| epoch 010 2000 / 8223 loss=1.27 (1.50), wps=962, ...``: the loss, then its
+running mean) print no update counter, and their step is the batch count since the start, (epoch -
+1) x batches per epoch + batch. ``loss``, ``lr``, ``gnorm`` and ``loss_scale`` fill their columns,
+``wps`` (target tokens per second, all GPUs) tokens_per_sec, and ``ups`` (updates per second,
+averaged over the log interval) gives elapsed_ms = 1000 / ups. Its end-of-epoch summaries (``| epoch
+027 | loss 6.343 | ...``, json records without ``update`` or with ``train_`` keys) average the epoch and are
+no step records; nor are its validation lines. fairseq's lines hold no trigger word either
+(``oom=0`` aside) and are read as nanoGPT's are.
 nanotron's and NeMo 2's lines have the ``|`` fields of Megatron's and are read in megatron.py.
 """
 
@@ -47,7 +49,7 @@ _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
                       r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                       r", time (\d{1,20}(?:\.\d{1,20})?)ms"
                       r"(?:, mfu (-?\d{1,20}(?:\.\d{1,20})?)%)?")
-_FAIRSEQ = re.compile(r"epoch \d{1,6}:\s{0,12}\d{1,12} / \d{1,12}\s{1,12}(?=loss=)")
+_FAIRSEQ = re.compile(r"epoch (\d{1,6}):?\s{1,12}(\d{1,12}) / (\d{1,12})\s{1,12}(?=loss=)")
 _FAIRSEQ_PAIR = re.compile(r"(\w{1,40})=([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                            r"(?![\w.])")
 _FAIRSEQ_KEYS = {"loss": "lm_loss", "lr": "lr", "gnorm": "grad_norm", "loss_scale": "loss_scale",
@@ -68,14 +70,14 @@ _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 def may_be_loop_line(raw: str | bytes) -> bool:
     """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
     if isinstance(raw, bytes):
-        return (b"iter " in raw and b": loss " in raw) or b"num_updates" in raw
-    return ("iter " in raw and ": loss " in raw) or "num_updates" in raw
+        return (b"iter " in raw and b": loss " in raw) or b"num_updates" in raw or b"loss=" in raw
+    return ("iter " in raw and ": loss " in raw) or "num_updates" in raw or "loss=" in raw
 
 
 def has_no_trigger(text: str) -> bool:
     """A step line of a loop whose lines hold no trigger word (nanoGPT's ``iter N: loss X``,
     fairseq's ``epoch 001:  450 / 1891 loss=...`` and json records)."""
-    if "num_updates" in text:
+    if "num_updates" in text or "loss=" in text:
         return _fairseq(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
@@ -88,13 +90,15 @@ def _fairseq(text: str) -> dict[str, Any] | None:
             pairs = json.loads(text[start:])
         except ValueError:
             return None
-        if not isinstance(pairs, dict):
+        if not isinstance(pairs, dict) or "update" not in pairs:  # no "update": an epoch's summary
             return None
     else:
         m = _FAIRSEQ.search(text)
         if m is None:
             return None
         pairs = dict(_FAIRSEQ_PAIR.findall(text, m.end()))
+        if "num_updates" not in pairs:  # before 2019: batches since the start of the run
+            pairs["num_updates"] = (int(m.group(1)) - 1) * int(m.group(3)) + int(m.group(2))
     try:
         rec: dict[str, Any] = {"iteration": int(pairs["num_updates"])}
         for key, col in _FAIRSEQ_KEYS.items():
@@ -111,8 +115,10 @@ def _fairseq(text: str) -> dict[str, Any] | None:
 def parse_step_line(text: str) -> dict[str, Any] | None:
     """A torchtitan, picotron, nanoGPT or fairseq step line -> an iteration record (``_memory``:
     column, MiB), or None."""
-    if "num_updates" in text:
-        return _fairseq(text)
+    if "num_updates" in text or "loss=" in text:
+        rec = _fairseq(text)
+        if rec is not None:
+            return rec
     m = _NANOGPT.match(text) if text.lstrip().startswith("iter ") else None
     if m is not None:
         rec = {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}

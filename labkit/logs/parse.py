@@ -240,7 +240,7 @@ class _Collector:
                     r.setdefault("rank", line.rank)
                 sink.append(r)
                 return True
-        if "tep:" in text or ": loss " in text or "num_updates" in text:
+        if "tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text:
             rec = loops.parse_step_line(text)
             if rec is not None:
                 mem = rec.pop("_memory", None)

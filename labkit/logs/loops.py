@@ -22,7 +22,8 @@ other loop's records (a nanoGPT log with NCCL, CUDA or torchrun lines in it incl
 start with the counter (after the prefixes lines.py removes) and name a loss; the
 pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
 tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
-``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU. Memory becomes a memory row: torchtitan
+``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU; torchtitan's ``loss: -1.0000`` is the
+placeholder of a pipeline stage that holds no loss (no loss). Memory becomes a memory row: torchtitan
 prints its peak reserved memory in GiB, picotron ``torch.cuda.memory_reserved() / 1e9`` (GB).
 fairseq's step is its ``num_updates`` (the ``450 / 1891`` before it counts batches of the epoch);
 lines before 2019 (``| epoch 010 2000 / 8223 loss=1.27 (1.50), wps=962, ...``: the loss, then its
@@ -146,6 +147,8 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
         elif col == "elapsed_ms" and unit == "s":
             v *= 1000.0
         rec[col] = v
+    if rec.get("lm_loss") == -1.0:  # torchtitan: a pipeline stage without the loss prints -1
+        rec["lm_loss"] = None
     return rec if "lm_loss" in rec else None
 
 

@@ -7,6 +7,9 @@
         ``Step: 1     | Loss: 11.0160 | Time/step: 812.30ms | Global batch size:   1.05M |
         Tokens/s:  28.21K | Tokens/s/GPU:   3.53K | Tokens:   1.05M/10.00B | MFU: 11.22% |
         Memory usage:  13.65GB`` (earlier versions separate the pairs with ``, ``)
+    litgpt (its counter is the micro-batch iteration; ``step`` counts optimizer steps):
+        ``iter 76 step 38: loss 10.8259, iter time: 197.87ms (optimizer.step)``
+        ``Ep 1 | iter 1 | step 1: loss train (curr): 1.657, ... | iter time: 298.27 ms`` (finetuning)
     nanoGPT:
         ``iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%`` (before 2023-02 without mfu)
     fairseq (progress_bar.py's simple and json formats; 2019 printed them behind ``| ``, later
@@ -55,6 +58,9 @@ _FAIRSEQ_PAIR = re.compile(r"(\w{1,40})=([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][
                            r"(?![\w.])")
 _FAIRSEQ_KEYS = {"loss": "lm_loss", "lr": "lr", "gnorm": "grad_norm", "loss_scale": "loss_scale",
                  "wps": "tokens_per_sec"}
+_LITGPT = re.compile(r"iter (\d{1,12})(?: \|)? st[eE]p \d{1,12}: loss(?: train \(curr\))?:? "
+                     r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf)),"
+                     r".{0,200}?iter time: (\d{1,20}(?:\.\d{1,20})?) ?ms")
 _START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
 _PAIR = re.compile(r"([A-Za-z][\w /.-]{0,40}?):\s{0,12}([-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)"
                    r"\s{0,2}([KMGBT%]|GiB|GB|MiB|MB|ms|s)?(?![\w.])")
@@ -71,8 +77,10 @@ _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 def may_be_loop_line(raw: str | bytes) -> bool:
     """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
     if isinstance(raw, bytes):
-        return (b"iter " in raw and b": loss " in raw) or b"num_updates" in raw or b"loss=" in raw
-    return ("iter " in raw and ": loss " in raw) or "num_updates" in raw or "loss=" in raw
+        return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
+            or b"loss=" in raw
+    return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
+        or "loss=" in raw
 
 
 def has_no_trigger(text: str) -> bool:
@@ -80,6 +88,8 @@ def has_no_trigger(text: str) -> bool:
     fairseq's ``epoch 001:  450 / 1891 loss=...`` and json records)."""
     if "num_updates" in text or "loss=" in text:
         return _fairseq(text) is not None
+    if "iter time" in text:
+        return _LITGPT.search(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
 
@@ -120,6 +130,9 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
         rec = _fairseq(text)
         if rec is not None:
             return rec
+    m = _LITGPT.search(text) if "iter time" in text else None
+    if m is not None:
+        return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
     m = _NANOGPT.match(text) if text.lstrip().startswith("iter ") else None
     if m is not None:
         rec = {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.logs import parse_log
+from labkit.logs import found_nothing, parse_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from heldout_score import misses  # noqa: E402  (the one rule for "fully right")
@@ -41,6 +41,7 @@ def test_corpus_is_complete():
 def test_real_log(name):
     want = _expected(name)
     parsed = parse_log(REAL / name)
+    assert not found_nothing(parsed), "labkit parse refuses it: no training-log lines"
     assert parsed.parse_errors == 0, parsed.first_parse_error
     d = parsed.to_dict()
     json.dumps(d, allow_nan=False)

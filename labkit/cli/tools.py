@@ -105,16 +105,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 # --- handlers ----------------------------------------------------------------------------------
-def _found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog
-    frames = (parsed.iterations, parsed.memory, parsed.validation, parsed.params, parsed.nccl)
-    return (all(f.empty for f in frames) and not parsed.failure_records and not parsed.args
-            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values())
-            and not parsed.tools and not parsed.findings)
-
-
 def cmd_parse(args: argparse.Namespace) -> int:
     # labkit.logs brings pandas: off the CLI's start-up
-    from labkit.logs import parse_log, summary
+    from labkit.logs import found_nothing, parse_log, summary
 
     missing = [p for p in args.logs if not Path(p).is_file()]
     if missing:
@@ -126,7 +119,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
         parsed = {" + ".join(args.logs): parse_log([Path(p) for p in args.logs])}
     else:
         parsed = {p: parse_log(Path(p)) for p in args.logs}
-    empty = [name for name, pl in parsed.items() if _found_nothing(pl)]
+    empty = [name for name, pl in parsed.items() if found_nothing(pl)]
     if empty:
         raise LabkitError(f"no training-log lines in {', '.join(empty)} (no line of NCCL, torch, "
                           f"DeepSpeed, Megatron/NeMo, Hugging Face, Slurm or CUDA): is it a log? "

@@ -17,12 +17,14 @@ import pandas as pd
 
 from labkit.logs.diagnosis import detect_hang, diagnose, last_progress
 from labkit.logs.failures import KINDS, Failure
+from labkit.logs.findings import found_nothing
 from labkit.logs.lines import Line, clean_line, iter_lines
 from labkit.logs.parse import ParsedLog, parse_lines, parse_log
 from labkit.logs.runs import load_runs, parse_run
 
 __all__ = ["KINDS", "Failure", "Line", "ParsedLog", "clean_line", "detect_hang", "diagnose",
-           "iter_lines", "last_progress", "load_runs", "parse_lines", "parse_log", "parse_run", "summary"]
+           "found_nothing", "iter_lines", "last_progress", "load_runs", "parse_lines", "parse_log",
+           "parse_run", "summary"]
 
 
 def summary(p: ParsedLog) -> str:

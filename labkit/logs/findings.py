@@ -45,7 +45,7 @@ TOOL_WORDS = (
     ("NCCL", ("NCCL", "# nThread", "Avg bus bandwidth")),
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback")),
-    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler")),
+    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
     ("Slurm", ("slurm", "srun", "SLURM", "CANCELLED", "NODE_FAIL")),
@@ -208,3 +208,12 @@ class Seen:
         return {"kind": "no_iteration", "line": self.last_line,
                 "message": f"{tools} lines, no iteration logged: the job stopped or hung before "
                            f"training began{where}"}
+
+
+def found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog (parse.py imports this module)
+    """No line of any tool labkit reads (NCCL, torch, DeepSpeed, Megatron/NeMo, HF, Slurm, CUDA,
+    the other training loops): ``labkit parse`` refuses such a file as no training log."""
+    frames = (parsed.iterations, parsed.memory, parsed.validation, parsed.params, parsed.nccl)
+    return (all(f.empty for f in frames) and not parsed.failure_records and not parsed.args
+            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values())
+            and not parsed.tools and not parsed.findings)

@@ -98,3 +98,17 @@ def test_a_scale_that_is_no_number_stays_out_of_the_json():
     json.dumps(d, allow_nan=False)
     scales = [f["loss_scale"] for f in d["findings"] if f.get("loss_scale") is not None]
     assert all(math.isfinite(s) for s in scales), d["findings"]
+
+
+def test_nccl_tests_header_without_its_hashes_is_an_nccl_log(capsys, tmp_path):
+    """nccl-tests prints its header behind ``#``; pasted outside a code block, a page drops them
+    (Markdown headings). The header alone (no NCCL INFO line) still names NCCL, never refused."""
+    real = REAL / "nccl_tests_2024_hang_after_bootstrap_nccltests244.txt"
+    header = [ln.lstrip("#") for ln in real.read_text().splitlines() if ln.startswith("#")]
+    assert len(header) >= 4 and not any("NCCL" in ln for ln in header)
+    p = parse_lines(header)
+    assert p.tools == ["NCCL"] and p.iterations.empty, p.tools
+    log = tmp_path / "nccl_tests.txt"
+    log.write_text("\n".join(header) + "\n")
+    rc, out, err = _cli(capsys, "parse", str(log), "--json")
+    assert rc == 0, err

@@ -42,7 +42,7 @@ from labkit.logs.lines import Line
 # parsers (scan.TRIGGERS picks them the same way on every path); a word too common in chatter
 # to be a trigger ("torch.distributed", "megatron") counts only on a line picked for another.
 TOOL_WORDS = (
-    ("NCCL", ("NCCL", "# nThread", "Avg bus bandwidth")),
+    ("NCCL", ("NCCL", "nThread ", "algbw", "Avg bus bandwidth")),  # nccl-tests; a page may eat "#"
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback")),
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]")),

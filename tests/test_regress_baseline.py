@@ -81,6 +81,10 @@ def series(tmp_path, monkeypatch):
                                      "language": "python"}
         nbformat.write(nb, src / f"{name}.ipynb")
     monkeypatch.setattr(rg, "SOLUTIONS_DIR", src)
+    # The machine's load is measured around each notebook and widens the timing limits by its
+    # ratio to the baseline's (tests/test_regress.py tests that rule); held at 1.0 here, so these
+    # verdicts depend on the recorded timings alone, not on what else this machine runs.
+    monkeypatch.setattr(rg, "machine_load", lambda *a, **k: 1.0)
     return src
 
 

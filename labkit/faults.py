@@ -87,6 +87,9 @@ def restore_node(job: Any, name: str) -> None:
     requeued job waiting for its BeginTime (Slurm holds a requeued job about 2 minutes) may
     start at once (``scontrol update jobid=ID StartTime=now``, the administrator's shortcut)."""
     conf = job.info.get("slurm_conf")
+    end = time.monotonic() + 120  # first the old attempt's processes there end (a requeued job
+    while slurmcli.node_completing(conf, name) and time.monotonic() < end:  # keeps its id)
+        time.sleep(0.5)
     slurmcli.set_node_state(conf, name, "resume")
     fields = slurmcli.job_fields(conf, job.job_id) or {}
     if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":

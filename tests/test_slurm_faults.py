@@ -18,6 +18,7 @@ import pytest
 from labkit import slurmcli
 from labkit.backends.diagnosis import failure_error
 from labkit.config import RunConfig
+from labkit.faults import restore_node
 from labkit.jobs import JobState, submit
 from labkit.logs import parse_log
 from labkit.run.attempts import attempts
@@ -78,8 +79,7 @@ def test_node_down_mid_run_is_requeued_resumes_from_its_checkpoint_and_completes
                                    "last iteration "), line
             assert "node2 down: labkit test: node2 pulled" in line, line
         finally:
-            _scontrol(conf, "update", "nodename=node2", "state=resume")
-        _scontrol(conf, "update", f"jobid={job.job_id}", "StartTime=now")
+            restore_node(job, "node2")  # once node2 has ended the old attempt; then StartTime=now
         assert job.wait(timeout=420, progress=False) is JobState.COMPLETED, job.tail(40)
     finally:
         if not job.state().finished:

@@ -85,14 +85,17 @@ def fail_node(job: Any, node: int = 1, *, reason: str = REASON) -> str:
 def restore_node(job: Any, name: str) -> None:
     """Bring Slurm node ``name`` back into service after ``fail_node`` (``state=resume``); a
     requeued job waiting for its BeginTime (Slurm holds a requeued job about 2 minutes) may
-    start at once (``scontrol update jobid=ID StartTime=now``, the administrator's shortcut)."""
+    start sooner: KillWait + 5 s later (so the old attempt has ended on every node first),
+    ``scontrol update jobid=ID StartTime=now``, the administrator's shortcut."""
     conf = job.info.get("slurm_conf")
-    end = time.monotonic() + 120  # first the old attempt's processes there end (a requeued job
-    while slurmcli.node_completing(conf, name) and time.monotonic() < end:  # keeps its id)
-        time.sleep(0.5)
     slurmcli.set_node_state(conf, name, "resume")
     fields = slurmcli.job_fields(conf, job.job_id) or {}
     if fields.get("JobState") == "PENDING" and fields.get("Reason") == "BeginTime":
+        # A requeued job keeps its id: the node's slurmd may still be ending the old attempt's
+        # step (SIGTERM, KillWait seconds, SIGKILL), and would end a new step of the same job
+        # started there meanwhile. So not at once: after KillWait and 5 s more (waited here:
+        # a later StartTime would wait for Slurm's next scheduling pass too).
+        time.sleep(slurmcli.kill_wait(conf) + 5)
         slurmcli.start_now(conf, job.job_id)
 
 

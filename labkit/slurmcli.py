@@ -161,13 +161,11 @@ def set_node_state(conf: str | None, node: str, state: str, reason: str | None =
           *([f"reason={reason}"] if reason else [])], conf)
 
 
-def node_completing(conf: str | None, node: str) -> bool:
-    """Whether Slurm still ends a job's processes on ``node`` (its state carries COMPLETING:
-    ``scontrol -o show node``). A requeued job keeps its id, so a late kill of its old step
-    there would also end the new attempt's."""
-    p = run(["scontrol", "-o", "show", "node", node], slurm_conf=conf, timeout=20)
-    state = next((w.split("=", 1)[1] for w in p.stdout.split() if w.startswith("State=")), "")
-    return "COMPLETING" in state.upper()
+def kill_wait(conf: str | None) -> int:
+    """Slurm's KillWait (``scontrol show config``): seconds between a job's SIGTERM and its
+    SIGKILL when it is ended; 30 (Slurm's default) where it cannot be read."""
+    m = re.search(r"^KillWait\s*=\s*(\d+)", _out(["scontrol", "show", "config"], conf), re.M)
+    return int(m.group(1)) if m else 30
 
 
 def start_now(conf: str | None, job_id: str) -> None:

@@ -79,7 +79,7 @@ def test_node_down_mid_run_is_requeued_resumes_from_its_checkpoint_and_completes
                                    "last iteration "), line
             assert "node2 down: labkit test: node2 pulled" in line, line
         finally:
-            restore_node(job, "node2")  # once node2 has ended the old attempt; then StartTime=now
+            restore_node(job, "node2")  # and StartTime once node2 has surely ended the old attempt
         assert job.wait(timeout=420, progress=False) is JobState.COMPLETED, job.tail(40)
     finally:
         if not job.state().finished:

@@ -128,13 +128,13 @@ def _variants(lines: list[str], rng: random.Random) -> list[list]:
 @pytest.mark.parametrize("log", REAL, ids=[p.stem for p in REAL])
 def test_real_logs_damaged(log, tmp_path):
     lines = log.read_text(errors="replace").splitlines()
-    for seed in range(3):
-        for i, variant in enumerate(_variants(lines, random.Random(f"{log.name}:{seed}"))):
-            _check(variant)
-            if seed == 0 and i == 2:  # the file path too (the Aho-Corasick pass, context reads)
-                path = tmp_path / "log.txt"
-                path.write_bytes(b"\n".join(v if isinstance(v, bytes) else v.encode("utf-8", "surrogatepass")
-                                            for v in variant))
-                parsed = parse_log(path)
-                assert parsed.parse_errors == 0, parsed.first_parse_error
-                json.dumps(parsed.to_dict(), allow_nan=False)
+    # One seed per log: the corpus (some 150 logs) gives the variety, each its own widths and cuts.
+    for i, variant in enumerate(_variants(lines, random.Random(f"{log.name}:0"))):
+        _check(variant)
+        if i == 2:  # the file path too (the Aho-Corasick pass, context reads)
+            path = tmp_path / "log.txt"
+            path.write_bytes(b"\n".join(v if isinstance(v, bytes) else v.encode("utf-8", "surrogatepass")
+                                        for v in variant))
+            parsed = parse_log(path)
+            assert parsed.parse_errors == 0, parsed.first_parse_error
+            json.dumps(parsed.to_dict(), allow_nan=False)

@@ -1,4 +1,4 @@
-"""A class on the Slurm mini-cluster, for real: three Unix users run notebooks 01 and 02 with
+"""A class on the Slurm mini-cluster, for real: three Unix users run notebook 01 with
 papermill at the same time, with the same run names, on a site profile written the way an
 instructor writes one (partition, run_root shared with {user}, gpu_memory_gb, env).
 
@@ -7,7 +7,7 @@ student's ``labkit cancel`` of another's job is refused by labkit and by Slurm; 
 status --json`` (the instructor, root) lists all three with their progress; ``labkit cancel
 --all`` as one student leaves the others' jobs running; ``labkit clean`` frees the caller's
 checkpoints only. ``test_regress_on_the_site`` runs ``labkit regress --cluster site.yaml`` on a
-subset of the series (01; the whole series takes 6-10 minutes here).
+subset of the series (01 and 02; the whole series takes 6-10 minutes here).
 
 Needs root, the mini-cluster and an interpreter every user can run: Debian's python3.11 with a
 venv of the pins at /opt/labkit-venv (tests/class_env.py builds it once and reuses it).
@@ -31,7 +31,7 @@ from conftest import REPO, skip_or_fail
 
 pytestmark = [pytest.mark.slurm, pytest.mark.users, pytest.mark.timeout(1500)]
 STUDENTS = ["labkit-s1", "labkit-s2", "labkit-s3"]
-NOTEBOOKS = ["01_single_node", "02_multi_node_data_parallel"]
+NOTEBOOKS = ["01_single_node"]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def _labkit(user: str, site: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _notebooks(user: str, base: Path, site: Path) -> list[str]:
-    """Run 01 then 02 as ``user`` (02 reuses 01's run); the failures, if any."""
+    """Run the class's notebooks as ``user``, in order; the failures, if any."""
     out = base / "home" / user
     failed = []
     for nb in NOTEBOOKS:
@@ -121,7 +121,7 @@ def test_three_students_on_one_site(klass, slurm_cluster):
     job_ids = set()
     names = {u: sorted(p.name for p in _root(base, u).iterdir() if p.is_dir()) for u in STUDENTS}
     runs = names[STUDENTS[0]]
-    assert {"nb01_dp", "nb02_dp_2nodes"} <= set(runs) and not [n for n in runs if ".old" in n]
+    assert {"nb01_dp", "nb01_micro1"} <= set(runs) and not [n for n in runs if ".old" in n]
     assert all(n == runs for n in names.values()), names
     for u in STUDENTS:
         root = _root(base, u)
@@ -131,11 +131,10 @@ def test_three_students_on_one_site(klass, slurm_cluster):
             assert (run / "job.json").stat().st_uid == int(
                 subprocess.run(["id", "-u", u], capture_output=True, text=True).stdout), run
             assert Path(rec["run_dir"]).resolve() == run.resolve()
-            if run.name in ("nb01_dp", "nb02_dp_2nodes"):
+            if run.name == "nb01_dp":
                 assert "iteration" in (run / "log.txt").read_text()
             job_ids.add(rec["job_id"])
-    # one job per run directory: 02 reused the student's own 01 run (a new one would have moved
-    # it aside), and no student's run was another's
+    # one job per run directory: no student's run was another's
     assert len(job_ids) == len(runs) * len(STUDENTS)
 
     # long jobs, one per student, to act on
@@ -170,7 +169,7 @@ def test_three_students_on_one_site(klass, slurm_cluster):
         time.sleep(3)
     assert set(rows) == set(STUDENTS)
     for r in rows.values():
-        assert r["last_notebook"] == "02", r
+        assert r["last_notebook"] == "01", r
         assert r["jobs"]["finished"] == len(runs) and r["jobs"]["PENDING"] + r["jobs"]["RUNNING"] == 1
         done = {x["name"]: x for x in r["runs"]}
         assert done["nb01_dp"]["state"] == "COMPLETED"
@@ -198,7 +197,7 @@ def test_three_students_on_one_site(klass, slurm_cluster):
     assert removed and all(_root(base, s1) in r.parents for r in removed), removed
     assert not (_root(base, s1) / "nb01_dp" / "checkpoints").exists()
     assert (_root(base, s2) / "nb01_dp" / "checkpoints").exists()
-    assert (_root(base, s3) / "nb02_dp_2nodes" / "checkpoints").exists()
+    assert (_root(base, s3) / "nb01_dp" / "checkpoints").exists()
 
     # end of the day: a student may not, the instructor (root) may
     p = _labkit(s2, site, "class", "cancel", "--all")
@@ -210,7 +209,7 @@ def test_three_students_on_one_site(klass, slurm_cluster):
     # the instructor frees the class's checkpoints: listed first, then removed (s1 had freed
     # theirs); never a run still running (the cancelled jobs may still be ending)
     kept = {u: (_root(base, u) / run / "checkpoints").resolve()
-            for u, run in ((s2, "nb01_dp"), (s3, "nb02_dp_2nodes"))}
+            for u, run in ((s2, "nb01_dp"), (s3, "nb01_dp"))}
     for extra in (["--dry-run"], []):
         p = subprocess.run([sys.executable, "-m", "labkit", "class", "clean", *extra, "--json",
                             "--cluster", str(site)], capture_output=True, text=True, cwd=REPO)
@@ -222,16 +221,16 @@ def test_three_students_on_one_site(klass, slurm_cluster):
 
 
 def test_regress_on_the_site(klass, slurm_cluster, tmp_path):
-    """``labkit regress --cluster site.yaml`` (as root): 01 on Slurm, in the site's run root,
-    against the cpu baseline (the students ran 02, the two-node notebook, on the site above)."""
+    """``labkit regress --cluster site.yaml`` (as root): 01 and 02 (two nodes; it reuses 01's
+    run) on Slurm, in the site's run root, against the cpu baseline."""
     base, site, _ = klass
     out = tmp_path / "regress"
-    p = subprocess.run([sys.executable, "-m", "labkit", "regress", "01", "--cluster",
+    p = subprocess.run([sys.executable, "-m", "labkit", "regress", "01", "02", "--cluster",
                         str(site), "--out", str(out), "--json"], capture_output=True, text=True,
                        cwd=REPO, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(p.stdout)
-    assert doc["ok"] and doc["backend"] == "slurm" and len(doc["notebooks"]) == 1
+    assert doc["ok"] and doc["backend"] == "slurm" and len(doc["notebooks"]) == 2
     runs = _root(base, "root")
     assert (runs / "nb01_dp" / "job.json").exists()
     assert json.loads((runs / "nb01_dp" / "job.json").read_text())["backend"] == "slurm"

@@ -154,7 +154,8 @@ def test_doctor_on_minicluster_catches_unset_socket_ifname(slurm_cluster, clean_
     """Nodes share one hostname that resolves to 127.0.0.1: without GLOO_SOCKET_IFNAME gloo
     advertises loopback to the other node, and the all-reduce cannot finish."""
     profile = slurm_cluster.replace(env={})
-    by = _by_name(doctor.run_doctor(profile, timeout_s=400, checks=[
+    # 80 s in all: each probe phase gets 20 s (a quarter), what the doomed all-reduce waits
+    by = _by_name(doctor.run_doctor(profile, timeout_s=80, checks=[
         c for c in CHECKS if c[0] in ("interface", "allreduce")]))
     iface = by["network interface (NCCL/gloo)"]
     assert iface.status == FAIL and "loopback" in iface.detail

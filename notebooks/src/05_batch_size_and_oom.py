@@ -179,7 +179,8 @@ import re
 def edge_run(m: int):
     c = base.replace(name=f"{run_prefix}_edge_mbs{m}", micro_batch_size=m,
                      global_batch_size=m * base.dp, train_iters=1, lr_warmup_iters=0, **cap)
-    return c, launch(c, cluster=cluster, reuse=False, progress=False)
+    # a run of this size that finished (a second pass) is reused; one that failed runs again
+    return c, launch(c, cluster=cluster, progress=False)
 
 
 def added_gb(job) -> float | None:

@@ -51,6 +51,7 @@ def misses(d: dict, want: dict) -> list[str]:
     for k in ("version", "transports"):
         if d["nccl"][k] != want["nccl"][k]:
             out.append(f"nccl {k} {d['nccl'][k]}")
+    out += _table_misses(d["nccl"].get("tests") or [], want["nccl"].get("tests"))
     kinds = sorted({f["kind"] for f in d["failures"]})
     if kinds != want["failures"]["kinds"]:
         out.append(f"failures {kinds}")
@@ -67,6 +68,28 @@ def misses(d: dict, want: dict) -> list[str]:
         elif "skipped_steps" in want["findings"] and max(
                 f.get("skipped_steps", 0) for f in found) != want["findings"]["skipped_steps"]:
             out.append("skipped steps")
+    return out
+
+
+def _table_misses(got: list[dict], want: list[dict] | None) -> list[str]:
+    """nccl-tests tables, where the expected file gives them: per table the collective, the ranks
+    its ``Rank`` lines name, the row count, chosen fields of the first and last row, the average."""
+    if want is None:
+        return []
+    if len(got) != len(want):
+        return [f"{len(got)} nccl-tests tables, not {len(want)}"]
+    out = []
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        for key in ("op", "ranks", "avg_busbw_gbps"):
+            if key in w and not _same(g.get(key), w[key]):
+                out.append(f"nccl-tests table {i} {key} {g.get(key)!r} != {w[key]!r}")
+        if len(g["rows"]) != w["rows"]:
+            out.append(f"nccl-tests table {i}: {len(g['rows'])} rows, not {w['rows']}")
+            continue
+        for which, row in (("first", 0), ("last", -1)):
+            for key, value in w.get(which, {}).items():
+                if not _same(g["rows"][row].get(key), value):
+                    out.append(f"nccl-tests table {i} {which} {key} {g['rows'][row].get(key)!r} != {value!r}")
     return out
 
 

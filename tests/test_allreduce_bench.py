@@ -60,17 +60,19 @@ def test_without_torchrun_says_how_to_start_it():
 
 
 def test_parses_nccl_tests_table():
-    # Built from nccl-tests' documented header (size count type redop root time algbw busbw
-    # #wrong, out-of-place then in-place), 16 ranks.
-    df = comm.read_busbw(FIXTURES / "nccl-tests-2.x_all_reduce_perf_16ranks.txt", op="all_reduce")
-    assert len(df) == 7
-    assert list(df["size_bytes"])[:3] == [8, 128, 2048]
+    # A real all_reduce_perf table posted in nccl-tests issue 232 (2 ranks, one H100 per node; the
+    # excerpt ends after 5 rows): read by the reader labkit parse uses (labkit/logs/nccltests.py).
+    real = FIXTURES / "real" / "nccl_tests_2024_tree_two_nodes_table_cut_nccltests232.txt"
+    df = comm.read_busbw(real, op="all_reduce")
+    assert len(df) == 5
+    assert list(df["size_bytes"])[:3] == [2097152, 4194304, 8388608]
     big = df.iloc[-1]
     assert big["dtype"] == "float32" and big["op"] == "all_reduce" and big["wrong"] == 0
-    assert big["busbw_gbps"] == pytest.approx(big["algbw_gbps"] * 2 * 15 / 16, rel=0.01)
-    assert big["inplace_busbw_gbps"] == pytest.approx(13.05)
+    assert big["time_us"] == 812.3 and big["algbw_gbps"] == 41.31
+    assert big["busbw_gbps"] == pytest.approx(big["algbw_gbps"] * 2 * (2 - 1) / 2)  # 2 ranks
+    assert big["inplace_busbw_gbps"] == pytest.approx(41.52) and big["inplace_wrong"] == 0
     peak = comm.peak_busbw(df)
-    assert peak.iloc[0]["size_bytes"] == 134217728
+    assert peak.iloc[0]["size_bytes"] == 33554432
 
 
 def test_real_run_as_local_job_two_nodes_all_ops_all_scopes(run_root, monkeypatch):

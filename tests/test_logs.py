@@ -223,7 +223,7 @@ def test_json_contract_keys_and_nulls():
     assert d["iterations"][0]["consumed_samples"] is None and d["iterations"][0]["tflops_per_gpu"] is None
     assert list(d["memory"][0]) == ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
                                     "max_reserved_mb"]
-    assert d["nccl"] == {"version": None, "transports": None, "channels": []}
+    assert d["nccl"] == {"version": None, "transports": None, "channels": [], "tests": []}
     assert d["failures"] == []
     json.dumps(d, allow_nan=False)
 

@@ -5,7 +5,8 @@ nested launcher prefixes (``srun --label``, ``mpirun --tag-output``, a pdsh/NCCL
 shape), behind a harness's stream name, a Kubernetes pod, a Python logging time stamp and level,
 colour codes copied as text, glued onto a progress bar, and with its iteration records hard-wrapped
 at 80 columns. Each way must give back the facts of the log as it is: layout, every iteration
-record, memory rows, NCCL version and transports, failures (kind, rank, count), findings.
+record, memory rows, NCCL version and transports, nccl-tests tables, failures (kind, rank, count),
+findings.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def _facts(path: Path, prefix_rank: int | None = None) -> dict:
             row["rank"] = None
     return {"layout": d["layout"], "iterations": d["iterations"], "memory": d["memory"],
             "nccl": {k: d["nccl"][k] for k in ("version", "transports")},
+            "nccl_tests": [{k: v for k, v in t.items() if k != "line"} for t in d["nccl"]["tests"]],
             "failures": sorted((f["kind"], -1 if f["rank"] is None else f["rank"]) for f in d["failures"]),
             "findings": sorted(f["kind"] for f in d["findings"])}
 

@@ -50,6 +50,11 @@ def summary(p: ParsedLog) -> str:
         out.append(f"memory reports: {len(p.memory)}" + (f" ({', '.join(peaks)})" if peaks else ""))
     if p.nccl_version or not p.nccl.empty:
         out.append(f"NCCL {p.nccl_version}: {p.to_dict()['nccl']['transports']}")
+    for t in p.nccl_tests:
+        bw = ", ".join(f"{r['size_bytes']} B {r['busbw_gbps']:g}" for r in t["rows"][:40]
+                       if r["busbw_gbps"] is not None)
+        out.append(f"nccl-tests {t['op'] or '(collective not named)'}: ranks {t['ranks'] or '?'}, "
+                   f"{len(t['rows'])} sizes" + (f", busbw GB/s by size: {bw}" if bw else ""))
     for f in p.failure_records:
         where = f"rank {f.rank}, " if f.rank is not None else ""
         out.append(f"FAILURE {f.kind} ({where}line {f.line}): {f.message}\n  hint: {f.hint}")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.logs import deepspeed, fastscan, loops, megatron, nccl
+from labkit.logs import deepspeed, fastscan, loops, megatron, nccl, nccltests
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.findings import Seen
 from labkit.logs.frames import ITER_COLUMNS, LAYOUT_KEYS, iterations_frame, layout_of
@@ -69,6 +69,7 @@ class ParsedLog:
     collapsing fp16 loss scale; ``[{"kind", "line", "message"}]``."""
     tools: list[str] = field(default_factory=list)
     """The tools whose lines the log holds (NCCL, torch, DeepSpeed, Megatron, HF, Slurm, CUDA, ...)."""
+    nccl_tests: list[dict[str, Any]] = field(default_factory=list)  # nccltests.py: its tables
 
     def to_dict(self) -> dict[str, Any]:
         """The ``labkit parse --json`` document (DESIGN.md section 5); null where the log is silent."""
@@ -81,7 +82,7 @@ class ParsedLog:
             "memory": _records(mem),
             "nccl": {"version": self.nccl_version,
                      "transports": nccl.summarize(_records(channels)),
-                     "channels": _records(channels)},
+                     "channels": _records(channels), "tests": self.nccl_tests},
             "failures": [f.to_dict() for f in self.failure_records],
             "findings": list(self.findings),
         }
@@ -130,6 +131,7 @@ class _Collector:
         self.nccl_build: str | None = None
         self.scanner = FailureScanner()
         self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
+        self.tables = nccltests.Tables()  # nccl-tests output
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
         self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
         self.loop_iters = 0
@@ -139,7 +141,7 @@ class _Collector:
 
     @property
     def busy(self) -> bool:
-        return self.scanner.busy or bool(self.pending) or self.in_args > 0
+        return self.scanner.busy or bool(self.pending) or self.in_args > 0 or self.tables.busy
 
     def feed(self, line: Line) -> None:
         if self.in_args:
@@ -217,6 +219,7 @@ class _Collector:
         # Never crash on one odd line: count it, keep the first error for the report.
         try:
             self.seen.observe(line)
+            self.tables.feed(line)
             if not self._records(line) or self.scanner.busy:  # a training record is no failure
                 self.scanner.feed(line)
         except (ValueError, OverflowError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
@@ -253,11 +256,10 @@ class _Collector:
         if ch is not None:
             self.channels.setdefault(tuple(ch.values()), ch)
             return True
-        for getter in (megatron.parse_layout, ):
-            lay = getter(text)
-            if lay is not None:
-                self.layout.update(lay)
-                return False
+        lay = megatron.parse_layout(text)
+        if lay is not None:
+            self.layout.update(lay)
+            return False
         ds = self.steps.parse(line)
         if ds is not None:
             if "allocated_mb" in ds:
@@ -269,11 +271,10 @@ class _Collector:
                 ds.setdefault("loss_scale", self.seen.scale)
             self._add_iteration(ds)
             return False
-        for fn, attr in ((deepspeed.parse_launcher, "launcher"),):
-            r = fn(text)
-            if r is not None:
-                getattr(self, attr).update(r)
-                return False
+        r = deepspeed.parse_launcher(text)
+        if r is not None:
+            self.launcher.update(r)
+            return False
         v = nccl.parse_version(text)
         if v is not None:
             if self.nccl_version is None:
@@ -349,7 +350,7 @@ def _wants_loop_lines(col: _Collector) -> bool:
 def _found_nothing(col: _Collector) -> bool:
     return not (col.iter_rows or col.fast_n or col.iter_chunks or col.memory or col.channels
                 or col.scanner.failures or col.seen.tools or col.args or col.layout
-                or col.nccl_version or col.steps.unnumbered or col.launcher)
+                or col.nccl_version or col.steps.unnumbered or col.launcher or col.tables.tables)
 
 
 def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
@@ -388,5 +389,6 @@ def _result(col: _Collector, sources: list[str], head: Callable[[], Iterable]) -
         layout=layout, nccl_version=col.nccl_version, nccl_build=col.nccl_build, args=col.args,
         theoretical_memory=col.theory,
         failure_records=failures, sources=sources, parse_errors=col.errors,
-        first_parse_error=col.first_error, findings=col.seen.findings(len(its), len(failures)),
-        tools=sorted(col.seen.tools))
+        first_parse_error=col.first_error, tools=sorted(col.seen.tools),
+        findings=col.tables.findings(col.seen.findings(len(its), len(failures))),
+        nccl_tests=col.tables.result(col.nccl_version))

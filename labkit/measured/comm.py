@@ -24,7 +24,7 @@ import pandas as pd
 
 from labkit import jobs
 from labkit.errors import ConfigError
-from labkit.logs import parse_log
+from labkit.logs import nccltests, parse_log
 from labkit.paths import CODE_DIR
 from labkit.run.spec import JobSpec
 from labkit.validate import text_problem
@@ -40,19 +40,9 @@ BENCH = CODE_DIR / "allreduce_bench.py"
 COLUMNS = ["op", "scope", "group_size", "nodes", "world_size", "backend", "dtype", "size_bytes",
            "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"]
 
-# One data row of the table: out-of-place columns, then optionally in-place ones.
-_ROW = re.compile(
-    r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>\w+)\s+(?P<redop>\w+)\s+(?:(?P<root>-?\d+)\s+)?"
-    r"(?P<time>[\d.]+)\s+(?P<algbw>[\d.]+)\s+(?P<busbw>[\d.]+)\s+(?P<wrong>\S+)"
-    r"(?:\s+(?P<ip_time>[\d.]+)\s+(?P<ip_algbw>[\d.]+)\s+(?P<ip_busbw>[\d.]+)\s+(?P<ip_wrong>\S+))?"
-    r"\s*$")
 # Our section header: "# op=all_reduce scope=inter group_size=2 ..."
 _SECTION = re.compile(r"^#\s*op=(\S+)(.*)$")
 _NCCL_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
-
-
-def _int_or_none(text: str | None) -> int | None:
-    return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
 def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") -> pd.DataFrame:
@@ -60,6 +50,7 @@ def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") 
     nccl-tests file (it does not print it), our own tables carry it in their headers."""
     rows: list[dict] = []
     section: dict = {"op": op, "scope": scope}
+    columns: list[str] | None = None  # the last table header's (labkit.logs.nccltests reads both)
     for line in text.splitlines():
         m = _SECTION.match(line)
         if m:
@@ -68,17 +59,16 @@ def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") 
                 k, _, v = kv.partition("=")
                 section[k] = int(v) if v.isdigit() else v
             continue
-        m = _ROW.match(line)
-        if not m:
+        columns = nccltests.header_columns(line) or columns
+        r = nccltests.parse_row(line, columns)
+        if r is None or r.get("busbw_gbps") is None:
             continue
-        row = {**section, "size_bytes": int(m["size"]), "count": int(m["count"]),
-               "time_us": float(m["time"]), "algbw_gbps": float(m["algbw"]),
-               "busbw_gbps": float(m["busbw"]), "wrong": _int_or_none(m["wrong"])}
-        row.setdefault("dtype", _NCCL_TYPES.get(m["type"], m["type"]))
-        if m["ip_time"] is not None:
-            row.update(inplace_time_us=float(m["ip_time"]), inplace_algbw_gbps=float(m["ip_algbw"]),
-                       inplace_busbw_gbps=float(m["ip_busbw"]),
-                       inplace_wrong=_int_or_none(m["ip_wrong"]))
+        row = {**section, **{k: r.get(k) for k in ("size_bytes", "count", "time_us", "algbw_gbps",
+                                                    "busbw_gbps", "wrong")}}
+        row.setdefault("dtype", _NCCL_TYPES.get(r["type"], r["type"]))
+        if r.get("inplace_busbw_gbps") is not None:
+            row.update({k: r.get(k) for k in ("inplace_time_us", "inplace_algbw_gbps",
+                                              "inplace_busbw_gbps", "inplace_wrong")})
         rows.append(row)
     return _frame(rows)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit.cli import main
-from labkit.logs import nccltests, parse_lines, parse_log
+from labkit.logs import clean_line, nccltests, parse_lines, parse_log
 from labkit.measured import comm
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
@@ -156,3 +156,20 @@ def test_labkit_benchmark_sections_read_by_both():
         ["all_reduce", "inter", 2, 1024, 0.006]]
     (t,) = parse_lines(lines).nccl_tests
     assert (t["op"], t["ranks"], t["hosts"], t["avg_busbw_gbps"]) == ("all_reduce", 2, 2, 0.006)
+
+
+def test_a_table_ends_at_another_tools_line():
+    lines = [HEADERS["2022 on (util.cu)"][0],
+             "     2097152        524288     float     sum      -1    113.2   18.53   18.53      0    93.35"
+             "   22.46   22.46      0",
+             "node-3:1234:1240 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 busId 1b000 - Destroy "
+             "COMPLETE",
+             "Traceback (most recent call last):",
+             "     4194304       1048576     float     sum      -1    154.4   27.16   27.16      0    153.3"
+             "   27.37   27.37      0"]
+    tables = nccltests.Tables()
+    for i, text in enumerate(lines, 1):
+        tables.feed(clean_line(text, i))
+        assert tables.busy == (i < 4), i  # NCCL's lines inside a table keep it open, others end it
+    (t,) = tables.result(None)
+    assert [r["size_bytes"] for r in t["rows"]] == [2097152]

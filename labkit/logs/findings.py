@@ -16,7 +16,8 @@ NCCL's network lines over the versions (2.4 to today)::
     NET/OFI Selected Provider is efa                                         (libfabric provider)
     comm 0x55d0 rank 0 nranks 16 cudaDev 0 busId 1b000 - Init COMPLETE       (init finished)
 
-fp16 loss scaling (DeepSpeed, apex, fairseq) prints one line per skipped step::
+fp16 loss scaling (DeepSpeed, apex, fairseq) prints one line per skipped step (a terminal's hard wrap
+pasted into it, a run of blanks inside a word, is taken out first)::
 
     [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
     [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis is 2...
@@ -65,6 +66,9 @@ _SCALE = re.compile(
     r"|setting loss scale to: ([0-9.eE+-]{1,30})")
 _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale reached")
 _DS_RANK = re.compile(r"OVERFLOW! Rank (\d{1,6})")
+# A terminal's hard wrap pasted as text: the rest of the row filled with blanks, mid-word
+# (``Attempted loss scal                                 e: 8192``).
+_WRAP = re.compile(r" {8,200}")
 
 
 def _num(s: str | None) -> float | None:
@@ -75,6 +79,13 @@ def _num(s: str | None) -> float | None:
     except ValueError:
         return None
     return x if x is not None and math.isfinite(x) else None
+
+
+def _unwrap(text: str) -> str:
+    """An fp16 loss-scale line with a hard wrap's blanks in it, whole again: blanks between two
+    letters or digits were inside a word (dropped), elsewhere they stand for one space."""
+    return _WRAP.sub(lambda m: "" if (m.start() and m.end() < len(text) and text[m.start() - 1].isalnum()
+                                      and text[m.end()].isalnum()) else " ", text)
 
 
 class Seen:
@@ -105,6 +116,9 @@ class Seen:
             self.mark(m.lastgroup or "", line.lineno)
         if "NCCL" in text or "NET/" in text:
             self._nccl(text)
+        if "        " in text and ("OVERFLOW" in text or "oss sca" in text):
+            text = _unwrap(text)
+            line = Line(line.lineno, line.rank, text, line.host, line.width)
         if "scale" in text:
             self._scale(line)
 

@@ -97,6 +97,8 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
 
 
 def _unbar(m: re.Match) -> str:
+    if "global_step=" in m.group(0):  # a Lightning bar whose postfix is the record (loops.py)
+        return m.group(0)
     # a prefix before the bar ("host: ", "3: ", "host:pid:tid ") keeps the space that ends it
     return " " if m.start() else ""
 

@@ -37,6 +37,22 @@ averaged over the log interval) gives elapsed_ms = 1000 / ups. Its end-of-epoch 
 027 | loss 6.343 | ...``, json records without ``update`` or with ``train_`` keys) average the epoch and are
 no step records; nor are its validation lines. fairseq's lines hold no trigger word either
 (``oom=0`` aside) and are read as nanoGPT's are.
+    pith-train (and other loops printing ``step N/M`` then ``| name value [unit]`` fields):
+        ``step 00000001/00000015 | step-time 73.352 sec | cross-entropy-loss 2.6636 | learning-rate
+        1.000000e-06 | gradient-norm 20.2657 | tokens-per-second 28,590 | peak-gpu-memory 63.65 GB``
+    PyTorch Lightning's progress bar, whose postfix names the step (NeMo 1, Lightning loops):
+        ``Epoch 0:   1%|   | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=,
+        reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]``: the step is
+        ``global_step``, the loss NeMo's ``reduced_train_loss`` (else ``train_loss``, else the bar's
+        ``loss``, Lightning's running mean); a bar redrawn for the same step is one record. tqdm
+        prints a number in the shorter of its exact and its 3-digit form: a step in the 3-digit
+        form (``global_step=3.2e+4``) is not known exactly, and the bar is no record.
+    OLMo (``log_metrics_to_console``): a record over several lines, a ``[step=1/739328,epoch=0]``
+        header behind the logger's prefix, then one indented ``name=value`` line per metric
+        (``optim/total_grad_norm=231.7``, ``train/CrossEntropyLoss=12.18``, ``throughput/device/
+        tokens_per_second=26,668``, ``System/Peak GPU Memory (MB)=46,911``: max_memory_allocated /
+        1e6); :class:`Blocks` gathers it (parse.py feeds every line while one is open).
+
 nanotron's and NeMo 2's lines have the ``|`` fields of Megatron's and are read in megatron.py.
 """
 
@@ -72,6 +88,26 @@ _KEYS = {"loss": "lm_loss", "lr": "lr", "grad_norm": "grad_norm", "gradnorm": "g
          "tflops": "tflops_per_gpu", "mfu": "mfu", "time/step": "elapsed_ms",
          "memory": "memory", "memory usage": "memory"}
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+_NUMBER = r"[-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_DASHED = re.compile(r"^\s{0,8}step (\d{1,12})/(\d{1,12})\s{0,4}(?=\|)")
+_DASHED_PAIR = re.compile(r"\|\s{0,4}([a-z][a-z0-9-]{0,40}) (" + _NUMBER
+                          + r")\s{0,2}(sec|ms|s|GiB|GB|MiB|MB)?(?=\s{0,4}(?:\||$))")
+_DASHED_KEYS = {"loss": "lm_loss", "cross-entropy-loss": "lm_loss", "lm-loss": "lm_loss",
+                "learning-rate": "lr", "lr": "lr", "gradient-norm": "grad_norm", "grad-norm": "grad_norm",
+                "tokens-per-second": "tokens_per_sec", "step-time": "elapsed_ms", "peak-gpu-memory": "memory"}
+_LIGHTNING_LOSS = ("reduced_train_loss", "train_loss", "loss")
+_OLMO_HEAD = re.compile(r"\[step=(\d{1,12})/(\d{1,12})(?:,epoch=\d{1,9})?\]\s{0,8}$")
+_OLMO_PAIR = re.compile(r"^\s{1,12}([\w/ ().-]{1,80}?)=(" + _NUMBER + r"|nan|inf)\s{0,8}$")
+_OLMO_KEYS = {"train/CrossEntropyLoss": "lm_loss", "optim/total_grad_norm": "grad_norm",
+              "optim/learning_rate_group0": "lr",
+              "throughput/device/tokens_per_second": "tokens_per_gpu_per_sec"}
+_OLMO_MEMORY = "System/Peak GPU Memory (MB)"
+
+
+def may_be_step_line(text: str) -> bool:
+    """A cheap test on a cleaned line: can parse_step_line take it?"""
+    return ("tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text
+            or text.lstrip().startswith("step "))
 
 
 def may_be_loop_line(raw: str | bytes) -> bool:
@@ -127,9 +163,12 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     """A torchtitan, picotron, nanoGPT or fairseq step line -> an iteration record (``_memory``:
     column, MiB), or None."""
     if "num_updates" in text or "loss=" in text:
-        rec = _fairseq(text)
+        rec = _fairseq(text) if "global_step=" not in text else _lightning(text)
         if rec is not None:
             return rec
+    m = _DASHED.match(text) if "|" in text else None
+    if m is not None:
+        return _dashed(text, m)
     m = _LITGPT.search(text) if "iter time" in text else None
     if m is not None:
         return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
@@ -163,6 +202,77 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     if rec.get("lm_loss") == -1.0:  # torchtitan: a pipeline stage without the loss prints -1
         rec["lm_loss"] = None
     return rec if "lm_loss" in rec else None
+
+
+def _lightning(text: str) -> dict[str, Any] | None:
+    """A Lightning bar's postfix (``..., reduced_train_loss=3.090, global_step=794.0, ...]``)."""
+    pairs = dict(_FAIRSEQ_PAIR.findall(text))
+    loss = next((pairs[k] for k in _LIGHTNING_LOSS if k in pairs), None)
+    step = pairs.get("global_step", "e")
+    if loss is None or "e" in step or "E" in step:  # tqdm prints 3 digits: 3.2e+4 is no step number
+        return None
+    rec: dict[str, Any] = {"iteration": int(float(step)), "lm_loss": float(loss)}
+    if "lr" in pairs:
+        rec["lr"] = float(pairs["lr"])
+    if "consumed_samples" in pairs:
+        rec["consumed_samples"] = int(float(pairs["consumed_samples"]))
+    return rec
+
+
+def _dashed(text: str, m: re.Match) -> dict[str, Any] | None:
+    """``step N/M | name value [unit] | ...`` (pith-train) -> an iteration record."""
+    rec: dict[str, Any] = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}
+    for label, value, unit in _DASHED_PAIR.findall(text, m.end()):
+        col = _DASHED_KEYS.get(label)
+        if col is None or col in rec:
+            continue
+        v = float(value.replace(",", ""))
+        if col == "memory":
+            if unit in _MIB:
+                rec["_memory"] = ("max_allocated_mb", v * _MIB[unit])
+            continue
+        rec[col] = v * 1000.0 if col == "elapsed_ms" and unit in ("sec", "s") else v
+    return rec if "lm_loss" in rec else None
+
+
+class Blocks:
+    """OLMo's records over several lines: ``feed`` every line; True for a line of an open record."""
+
+    def __init__(self) -> None:
+        self.rec: dict[str, Any] | None = None
+        self.rank: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.rec is not None
+
+    def feed(self, line: Any, col: Any) -> bool:
+        text = line.text
+        if self.rec is not None:
+            m = _OLMO_PAIR.match(text)
+            if m is not None:
+                name, value = m.group(1), m.group(2)
+                key = "_memory" if name == _OLMO_MEMORY else _OLMO_KEYS.get(name)
+                if key is not None and value not in ("nan", "inf"):
+                    self.rec[key] = float(value.replace(",", ""))
+                return True
+            self.close(col)
+        m = _OLMO_HEAD.search(text) if "[step=" in text else None
+        if m is None:
+            return False
+        self.rec, self.rank = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}, line.rank
+        return True
+
+    def close(self, col: Any) -> None:
+        """The open record ends (a line that is none of its own, or the end of the file)."""
+        rec, self.rec = self.rec, None
+        if rec is None or "lm_loss" not in rec:
+            return
+        mem = rec.pop("_memory", None)
+        if mem is not None:  # max_memory_allocated() / 1e6
+            col.memory.append({"rank": self.rank, "iteration": rec["iteration"],
+                               "max_allocated_mb": mem * 1e6 / 2**20})
+        col._add_iteration(rec)
 
 
 def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> None:

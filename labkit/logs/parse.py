@@ -131,7 +131,7 @@ class _Collector:
         self.nccl_build: str | None = None
         self.scanner = FailureScanner()
         self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
-        self.tables = nccltests.Tables()  # nccl-tests output
+        self.tables, self.blocks = nccltests.Tables(), loops.Blocks()  # nccl-tests output, OLMo records
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
         self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
         self.loop_iters = 0
@@ -141,7 +141,8 @@ class _Collector:
 
     @property
     def busy(self) -> bool:
-        return self.scanner.busy or bool(self.pending) or self.in_args > 0 or self.tables.busy
+        return (self.scanner.busy or bool(self.pending) or self.in_args > 0 or self.tables.busy
+                or self.blocks.busy)
 
     def feed(self, line: Line) -> None:
         if self.in_args:
@@ -220,6 +221,8 @@ class _Collector:
         try:
             self.seen.observe(line)
             self.tables.feed(line)
+            if self.blocks.feed(line, self):  # a line of an OLMo record
+                return
             if not self._records(line) or self.scanner.busy:  # a training record is no failure
                 self.scanner.feed(line)
         except (ValueError, OverflowError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
@@ -243,7 +246,7 @@ class _Collector:
                     r.setdefault("rank", line.rank)
                 sink.append(r)
                 return True
-        if "tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text:
+        if loops.may_be_step_line(text):
             rec = loops.parse_step_line(text)
             if rec is not None:
                 mem = rec.pop("_memory", None)
@@ -251,7 +254,7 @@ class _Collector:
                     self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
                 self.loop_iters += loops.has_no_trigger(text)
                 self._add_iteration(rec)
-                return True
+                return "%|" not in text  # a message glued to a progress bar is read too
         ch = nccl.parse_channel(text)
         if ch is not None:
             self.channels.setdefault(tuple(ch.values()), ch)
@@ -293,6 +296,7 @@ class _Collector:
         for line, _, _ in list(self.pending.values()):
             self._safe(line)
         self.pending.clear()
+        self.blocks.close(self)
         for rec in self.steps.numbered_in_order():
             self._add_iteration(rec)
 

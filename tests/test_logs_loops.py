@@ -1,0 +1,89 @@
+"""Step lines of other training loops, format by format (labkit/logs/loops.py), and fp16 loss-scale
+lines cut by a terminal wrap (findings.py). Each real log of these kinds is a corpus log
+(tests/fixtures/logs/real: olmo692, pithtrain7, launcher55, learndeepspeed1, pytorch118369);
+the lines here are written as each tool's format prints them, to pin the edges of each rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.logs import loops, parse_lines
+from labkit.logs.findings import _unwrap
+
+# pith-train's logger: f"step {step:08d}/{total:08d} | step-time {t:.3f} sec | ..."
+PITH = ("2026-04-01 14:06:36 | INFO | step 00000012/00000015 | step-time 812.5 ms | cross-entropy-loss "
+        "2.6636 | learning-rate 1.000000e-06 | gradient-norm 20.2657 | peak-gpu-memory 63.65 GB")
+
+
+def test_dashed_step_lines():
+    p = parse_lines([PITH])
+    (r,) = p.to_dict()["iterations"]
+    assert (r["iteration"], r["train_iters"], r["elapsed_ms"], r["lm_loss"], r["lr"], r["grad_norm"]) == (
+        12, 15, 812.5, 2.6636, 1e-06, 20.2657)
+    assert p.memory["max_allocated_mb"].tolist() == [pytest.approx(63.65e9 / 2**20)]
+    assert loops.parse_step_line("step 3/15 | step-time 1.0 sec | learning-rate 1e-06") is None  # no loss
+    assert loops.parse_step_line("step 3/15 was skipped | loss 2.0") is None  # no "|" after the counter
+
+
+# Lightning's tqdm postfix (tqdm.format_num: the shorter of str(n) and '{:.3g}', padded to 5)
+BAR = "Epoch 1:  42%|####2     | 420/1000 [01:10<01:37,  5.95it/s, loss=2.51, v_num=3, {}]"
+
+
+@pytest.mark.parametrize("postfix, want", [
+    ("reduced_train_loss=2.480, global_step=419.0", (419, 2.48)),
+    ("train_loss=2.470, global_step=12345.0", (12345, 2.47)),
+    ("global_step=419.0", (419, 2.51)),  # only the bar's own running loss
+    ("reduced_train_loss=2.480, global_step=1.23e+3", None),  # the step rounded: not known
+])
+def test_lightning_bar_postfix(postfix, want):
+    its = parse_lines([BAR.format(postfix)]).to_dict()["iterations"]
+    assert [(r["iteration"], r["lm_loss"]) for r in its] == ([want] if want else [])
+
+
+def test_a_message_glued_to_a_lightning_bar_is_read_too():
+    line = BAR.format("reduced_train_loss=2.480, global_step=419.0") + (
+        "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800123 milliseconds "
+        "before timing out.")
+    d = parse_lines([line]).to_dict()
+    assert [r["iteration"] for r in d["iterations"]] == [419]
+    assert [f["kind"] for f in d["failures"]] == ["nccl_timeout"]
+
+
+# OLMo's log_metrics_to_console: f"{prefix}\n" + "\n".join(f"    {name}={format_float(value)}")
+OLMO = ["2024-08-06 09:59:26.181 node-3:0  olmo.train:908  INFO    [step=10/100,epoch=0]",
+        "    optim/total_grad_norm=1.250", "    train/CrossEntropyLoss=7.125",
+        "    throughput/device/tokens_per_second=26,668", "    System/Peak GPU Memory (MB)=46,911",
+        "2024-08-06 09:59:30.181 node-3:0  olmo.train:908  INFO    [step=11/100,epoch=0]",
+        "    optim/total_grad_norm=nan", "    train/CrossEntropyLoss=7.000",
+        "2024-08-06 09:59:31.000 node-3:0  olmo.train:1200  INFO    Saving checkpoint",
+        "2024-08-06 09:59:34.181 node-3:0  olmo.train:908  INFO    [step=12/100,epoch=0]",
+        "    throughput/total_tokens=3,145,728"]  # no loss: no record
+
+
+def test_olmo_records_over_lines():
+    # beside another tool's line (the lines of a record hold no trigger word: read while it is open)
+    p = parse_lines(["node-3:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>", *OLMO])
+    its = p.to_dict()["iterations"]
+    assert [(r["iteration"], r["train_iters"], r["lm_loss"], r["grad_norm"]) for r in its] == [
+        (10, 100, 7.125, 1.25), (11, 100, 7.0, None)]
+    assert p.iterations["tokens_per_gpu_per_sec"].tolist()[0] == 26668.0
+    mem = p.memory[["iteration", "max_allocated_mb"]].values.tolist()
+    assert mem == [[10, pytest.approx(46911e6 / 2**20)]]
+    # the record at the end of the file is closed there
+    assert [r["iteration"] for r in parse_lines(OLMO[:3]).to_dict()["iterations"]] == [10]
+
+
+@pytest.mark.parametrize("wrapped, whole", [
+    ("Attempted loss scal                                 e: 8192, reducing to 4096",
+     "Attempted loss scale: 8192, reducing to 4096"),
+    ("Attempted loss scale:                                 8192, reducing to 4096",
+     "Attempted loss scale: 8192, reducing to 4096"),
+    ("Attempted loss scale: 81                  92, reducing to 4096",
+     "Attempted loss scale: 8192, reducing to 4096"),
+])
+def test_a_terminal_wrap_inside_a_loss_scale_line(wrapped, whole):
+    assert _unwrap(wrapped) == whole
+    line = f"[deepspeed] OVERFLOW! Rank 0 Skipping step. {wrapped}"
+    (f,) = parse_lines([line]).findings
+    assert f["kind"] == "fp16_overflow" and f["skipped_steps"] == 1 and f["loss_scale"] == 4096.0

@@ -103,9 +103,11 @@ def parse_row(text: str, columns: list[str] | None = None) -> dict[str, Any] | N
     busbw_gbps, wrong, inplace_...}`` (keys the row has no column for are left out), or None.
     ``columns``: the header's (header_columns); without it the row is read by its shape."""
     toks = text.split()
-    if len(toks) < 7 or not toks[0].isdigit() or not toks[1].isdigit() or not toks[2][:1].isalpha():
+    if len(toks) < 5 or not toks[0].isdigit() or not toks[1].isdigit():
         return None
     if columns is None:
+        if len(toks) < 7 or not toks[2][:1].isalpha():
+            return None
         rest = toks[3:]
         head = ["size_bytes", "count", "type"]
         if rest[0][:1].isalpha():

@@ -65,7 +65,7 @@ def parse_bench_text(text: str, *, op: str | None = None, scope: str = "world") 
             continue
         row = {**section, **{k: r.get(k) for k in ("size_bytes", "count", "time_us", "algbw_gbps",
                                                     "busbw_gbps", "wrong")}}
-        row.setdefault("dtype", _NCCL_TYPES.get(r["type"], r["type"]))
+        row.setdefault("dtype", _NCCL_TYPES.get(r.get("type"), r.get("type")))
         if r.get("inplace_busbw_gbps") is not None:
             row.update({k: r.get(k) for k in ("inplace_time_us", "inplace_algbw_gbps",
                                               "inplace_busbw_gbps", "inplace_wrong")})

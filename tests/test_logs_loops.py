@@ -5,6 +5,7 @@ the lines here are written as each tool's format prints them, to pin the edges o
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from labkit.logs import loops, parse_lines
@@ -87,3 +88,35 @@ def test_a_terminal_wrap_inside_a_loss_scale_line(wrapped, whole):
     line = f"[deepspeed] OVERFLOW! Rank 0 Skipping step. {wrapped}"
     (f,) = parse_lines([line]).findings
     assert f["kind"] == "fp16_overflow" and f["skipped_steps"] == 1 and f["loss_scale"] == 4096.0
+
+
+# nanochat's base_train.py print0(f"step {step:05d}/{num_iterations:05d} ({pct_done:.2f}%) | loss: ...")
+NANOCHAT = ["step 00010/01000 (1.00%) | loss: 6.123456 | lrm: 1.00 | dt: 123.45ms | tok/sec: 123,456 | "
+            "mfu: 12.34 | total time: 0.12m",
+            "step 00011 (1.10%) | loss: 6.000001 | lrm: 1.00 | dt: 120.00ms | tok/sec: 123,000 | "
+            "bf16_mfu: 12.00 | epoch: 1 | total time: 0.13m"]
+# MaxText's metric logger, behind absl's prefix; before 2024 "TFLOP/s:" and no tokens
+MAXTEXT = ["I0929 19:48:42.123456 140123 max_logging.py:12] completed step: 10, seconds: 1.150, "
+           "TFLOP/s/device: 470.000, Tokens/s/device: 57000.000, total_weights: 1000, loss: 10.010, "
+           "lm_loss: 10.000, perplexity: 1.000",
+           "completed step: 11, seconds: 1.100, TFLOP/s: 400.000, loss: 9.900"]
+NCCL = "node-3:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"
+
+
+@pytest.mark.parametrize("with_nccl", [False, True])  # no trigger word: read beside other tools too
+def test_nanochat_and_maxtext_step_lines(with_nccl):
+    p = parse_lines([NCCL] * with_nccl + NANOCHAT)
+    its = p.iterations
+    assert its[["iteration", "lm_loss", "elapsed_ms", "tokens_per_sec", "mfu"]].values.tolist() == [
+        [10, 6.123456, 123.45, 123456.0, 12.34], [11, 6.000001, 120.0, 123000.0, 12.0]]
+    assert its["train_iters"].tolist()[0] == 1000 and pd.isna(its["train_iters"].tolist()[1])
+    its = parse_lines([NCCL] * with_nccl + MAXTEXT).iterations
+    assert its[["iteration", "lm_loss", "elapsed_ms", "tflops_per_gpu"]].values.tolist() == [
+        [10, 10.0, 1150.0, 470.0], [11, 9.9, 1100.0, 400.0]]
+    assert its["tokens_per_gpu_per_sec"].tolist()[0] == 57000.0
+
+
+def test_lightning_member_line_gives_the_world_size():
+    lines = ["Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16", *NANOCHAT]
+    assert parse_lines(lines).layout["world_size"] == 16
+    assert parse_lines(NANOCHAT).layout["world_size"] is None

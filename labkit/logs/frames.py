@@ -23,12 +23,14 @@ _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
 _FLAG = re.compile(r"(?:--|\bmodel\.)(tensor[-_]model|pipeline[-_]model|context|model)[-_]parallel[-_]size"
                    r"""(?:=|['"]?,?[ \t]{1,4}['"]?)(\d{1,6})(?![\d.])""")
 _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
+# PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
+_MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
-    value of each)."""
+    value of each), and the world size of PyTorch Lightning's ``MEMBER: 1/16``."""
     out: dict[str, int] = {}
     seen = 0
     for raw in lines:
@@ -39,13 +41,17 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
         if "parallel" in text:
             for m in _FLAG.finditer(text):
                 out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
+        elif "MEMBER: " in text:
+            m = _MEMBER.search(text)
+            if m:
+                out.setdefault("world_size", int(m.group(1)))
     return out
 
 
 def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict[str, int | None]:
     """The layout the log states: its ``using world size`` line, else the argument block, the
     DeepSpeed launcher's world, and Megatron's flags on a command line in ``head()`` (the log's
-    lines, read only when TP or PP is still unknown)."""
+    lines, read only when the world size, TP or PP is still unknown)."""
     lay: dict[str, int | None] = dict(col.layout)
     v1 = lay.pop("v1", None)  # Megatron v1's "using world size: N and model-parallel size: M"
     for arg, key in _ARG_LAYOUT.items():
@@ -56,7 +62,7 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
             lay[key] = col.launcher[key]
     if v1 and lay.get("pp") is None:
         lay["pp"] = 1
-    if head is not None and (lay.get("tp") is None or lay.get("pp") is None):
+    if head is not None and (lay.get("tp") is None or lay.get("pp") is None or lay.get("world_size") is None):
         for key, v in launcher_flags(head()).items():
             if lay.get(key) is None:
                 lay[key] = v

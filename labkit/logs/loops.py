@@ -20,10 +20,10 @@
         "num_updates": "33700", "lr": "0.00017226", "gnorm": "1.833", ...}``
 
 scan.py finds torchtitan's and picotron's lines by their ``memory``/``Memory`` field. nanoGPT's
-hold no trigger word: parse.py reads them from every line of a log with no Megatron line and no
-other loop's records (a nanoGPT log with NCCL, CUDA or torchrun lines in it included). The line must
-start with the counter (after the prefixes lines.py removes) and name a loss; the
-pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
+(and nanochat's, MaxText's) hold no trigger word: parse.py reads them from every line of a log with
+no Megatron line and no other loop's records (a nanoGPT log with NCCL, CUDA or torchrun lines in it
+included). The line must start with the counter (after the prefixes lines.py removes) and name a
+loss; the pairs go into the columns Megatron's lines fill (iteration, lm_loss, lr, grad_norm, elapsed_ms,
 tokens_per_sec, tflops_per_gpu) plus ``tokens_per_gpu_per_sec`` and ``mfu`` (percent). torchtitan's
 ``tps``/``wps`` and picotron's ``Tokens/s/GPU`` are per GPU; torchtitan's ``loss: -1.0000`` is the
 placeholder of a pipeline stage that holds no loss (no loss). Memory becomes a memory row: torchtitan
@@ -40,6 +40,13 @@ no step records; nor are its validation lines. fairseq's lines hold no trigger w
     pith-train (and other loops printing ``step N/M`` then ``| name value [unit]`` fields):
         ``step 00000001/00000015 | step-time 73.352 sec | cross-entropy-loss 2.6636 | learning-rate
         1.000000e-06 | gradient-norm 20.2657 | tokens-per-second 28,590 | peak-gpu-memory 63.65 GB``
+    nanochat (``step N/M (pct%) | name: value | ...``, the same rule; its ``loss`` is the debiased
+        running mean it prints, ``dt`` the step time, ``tok/sec`` all GPUs' tokens per second):
+        ``step 00010/01000 (1.00%) | loss: 6.123456 | lrm: 1.00 | dt: 123.45ms | tok/sec: 123,456 |
+        mfu: 12.34 | total time: 0.12m``
+    MaxText (its metric logger; ``lm_loss``, where printed, is the loss without auxiliary terms):
+        ``completed step: 10, seconds: 1.150, TFLOP/s/device: 470.000, Tokens/s/device: 57000.000,
+        total_weights: 1000, loss: 10.010``
     PyTorch Lightning's progress bar, whose postfix names the step (NeMo 1, Lightning loops):
         ``Epoch 0:   1%|   | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=,
         reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]``: the step is
@@ -89,12 +96,17 @@ _KEYS = {"loss": "lm_loss", "lr": "lr", "grad_norm": "grad_norm", "gradnorm": "g
          "memory": "memory", "memory usage": "memory"}
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 _NUMBER = r"[-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_DASHED = re.compile(r"^\s{0,8}step (\d{1,12})/(\d{1,12})\s{0,4}(?=\|)")
-_DASHED_PAIR = re.compile(r"\|\s{0,4}([a-z][a-z0-9-]{0,40}) (" + _NUMBER
+_DASHED = re.compile(r"^\s{0,8}step (\d{1,12})(?:/(\d{1,12}))?(?: \(\d{1,3}(?:\.\d{1,4})?%\))?\s{0,4}(?=\|)")
+_DASHED_PAIR = re.compile(r"\|\s{0,4}([A-Za-z][\w/-]{0,40}):? (" + _NUMBER
                           + r")\s{0,2}(sec|ms|s|GiB|GB|MiB|MB)?(?=\s{0,4}(?:\||$))")
 _DASHED_KEYS = {"loss": "lm_loss", "cross-entropy-loss": "lm_loss", "lm-loss": "lm_loss",
                 "learning-rate": "lr", "lr": "lr", "gradient-norm": "grad_norm", "grad-norm": "grad_norm",
-                "tokens-per-second": "tokens_per_sec", "step-time": "elapsed_ms", "peak-gpu-memory": "memory"}
+                "grad_norm": "grad_norm", "tokens-per-second": "tokens_per_sec", "tok/sec": "tokens_per_sec",
+                "step-time": "elapsed_ms", "dt": "elapsed_ms", "mfu": "mfu", "bf16_mfu": "mfu",
+                "peak-gpu-memory": "memory"}
+_MAXTEXT = re.compile(r"completed step: (\d{1,12}), seconds: (" + _NUMBER + r")")
+_MAXTEXT_KEYS = {"TFLOP/s/device": "tflops_per_gpu", "TFLOP/s": "tflops_per_gpu",
+                 "Tokens/s/device": "tokens_per_gpu_per_sec", "loss": "lm_loss", "lm_loss": "lm_loss"}
 _LIGHTNING_LOSS = ("reduced_train_loss", "train_loss", "loss")
 _OLMO_HEAD = re.compile(r"\[step=(\d{1,12})/(\d{1,12})(?:,epoch=\d{1,9})?\]\s{0,8}$")
 _OLMO_PAIR = re.compile(r"^\s{1,12}([\w/ ().-]{1,80}?)=(" + _NUMBER + r"|nan|inf)\s{0,8}$")
@@ -107,16 +119,16 @@ _OLMO_MEMORY = "System/Peak GPU Memory (MB)"
 def may_be_step_line(text: str) -> bool:
     """A cheap test on a cleaned line: can parse_step_line take it?"""
     return ("tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text
-            or text.lstrip().startswith("step "))
+            or text.lstrip().startswith("step "))  # "tep:": also MaxText's "completed step: "
 
 
 def may_be_loop_line(raw: str | bytes) -> bool:
     """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
     if isinstance(raw, bytes):
         return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
-            or b"loss=" in raw
+            or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss: " in raw)
     return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
-        or "loss=" in raw
+        or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss: " in raw)
 
 
 def has_no_trigger(text: str) -> bool:
@@ -124,6 +136,11 @@ def has_no_trigger(text: str) -> bool:
     fairseq's ``epoch 001:  450 / 1891 loss=...`` and json records)."""
     if "num_updates" in text or "loss=" in text:
         return _fairseq(text) is not None
+    if "completed step: " in text:
+        return _MAXTEXT.search(text) is not None
+    if "| loss: " in text:
+        m = _DASHED.match(text)
+        return m is not None and _dashed(text, m) is not None
     if "iter time" in text:
         return _LITGPT.search(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
@@ -169,6 +186,8 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     m = _DASHED.match(text) if "|" in text else None
     if m is not None:
         return _dashed(text, m)
+    if "completed step: " in text:
+        return _maxtext(text)
     m = _LITGPT.search(text) if "iter time" in text else None
     if m is not None:
         return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
@@ -221,7 +240,8 @@ def _lightning(text: str) -> dict[str, Any] | None:
 
 def _dashed(text: str, m: re.Match) -> dict[str, Any] | None:
     """``step N/M | name value [unit] | ...`` (pith-train) -> an iteration record."""
-    rec: dict[str, Any] = {"iteration": int(m.group(1)), "train_iters": int(m.group(2))}
+    rec: dict[str, Any] = {"iteration": int(m.group(1)),
+                           "train_iters": int(m.group(2)) if m.group(2) else None}
     for label, value, unit in _DASHED_PAIR.findall(text, m.end()):
         col = _DASHED_KEYS.get(label)
         if col is None or col in rec:
@@ -232,6 +252,23 @@ def _dashed(text: str, m: re.Match) -> dict[str, Any] | None:
                 rec["_memory"] = ("max_allocated_mb", v * _MIB[unit])
             continue
         rec[col] = v * 1000.0 if col == "elapsed_ms" and unit in ("sec", "s") else v
+    if rec["train_iters"] is None:
+        del rec["train_iters"]
+    return rec if "lm_loss" in rec else None
+
+
+def _maxtext(text: str) -> dict[str, Any] | None:
+    """``completed step: 10, seconds: 1.150, TFLOP/s/device: 470.000, Tokens/s/device: 57000.000,
+    total_weights: 1000, loss: 10.010[, lm_loss: 10.000, ...]`` (MaxText's metric logger)."""
+    m = _MAXTEXT.search(text)
+    if m is None:
+        return None
+    rec: dict[str, Any] = {"iteration": int(m.group(1)), "elapsed_ms": float(m.group(2)) * 1000.0}
+    for part in text[m.end():].split(", "):
+        label, _, value = part.partition(": ")
+        col = _MAXTEXT_KEYS.get(label.strip())
+        if col is not None and re.fullmatch(_NUMBER, value.strip()):
+            rec[col] = float(value.strip())  # lm_loss, after loss, wins: the loss without auxiliary terms
     return rec if "lm_loss" in rec else None
 
 

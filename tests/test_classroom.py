@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_slurm_fake import FakeSlurm
 
-from labkit import classroom
+from labkit import classroom, slurmcli
 from labkit.cli import main
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, SubmissionError
@@ -173,7 +174,12 @@ def test_class_status_lists_each_users_runs(tmp_path, run_root, monkeypatch, cap
     job = _job("nb01_dp")
     assert job.wait(timeout=120, progress=False) is JobState.COMPLETED
     os.makedirs(tmp_path / "class" / "nobody-yet" / "runs")
+    # The view also lists the hub's servers from the site's Slurm, here the machine's default
+    # one: the mini-cluster while another test runs it, with that test's hub users in its queue.
+    # This class has no Slurm: its queue answers empty, at the process boundary.
+    monkeypatch.setattr(slurmcli, "run", slurm := FakeSlurm(squeue_out=""))
     assert main(["class", "status", "--cluster", str(site), "--json"]) == 0
+    assert [c[0] for c in slurm.calls] == ["squeue"]
     rows = {r["user"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) == {current_user(), "nobody-yet"}
     me = rows[current_user()]

@@ -219,7 +219,7 @@ def test_json_contract_keys_and_nulls():
     assert list(d["iterations"][0]) == ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr",
                                         "global_batch_size", "consumed_samples", "loss_scale", "grad_norm",
                                         "skipped", "nan", "tflops_per_gpu", "samples_per_sec",
-                                        "tokens_per_sec"]
+                                        "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu"]
     assert d["iterations"][0]["consumed_samples"] is None and d["iterations"][0]["tflops_per_gpu"] is None
     assert list(d["memory"][0]) == ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
                                     "max_reserved_mb"]

@@ -120,3 +120,48 @@ def test_lightning_member_line_gives_the_world_size():
     lines = ["Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16", *NANOCHAT]
     assert parse_lines(lines).layout["world_size"] == 16
     assert parse_lines(NANOCHAT).layout["world_size"] is None
+
+
+# NeMo Automodel: "step {i} | epoch {e} | loss {l:.4f} | ... | mem {m:.2f} GiB | tps {t:.2f}({t/n:.2f}/gpu)"
+AUTOMODEL = ("2026-08-10 16:01:51 | INFO | root | step 42 | epoch 0 | loss 0.8168 | grad_norm 0.9202 | "
+             "lr 1.00e-05 | mem 25.46 GiB | tps 31039.28(3879.91/gpu) | num_label_tokens 40593")
+
+
+@pytest.mark.parametrize("line, want", [
+    (AUTOMODEL, {"iteration": 42, "lm_loss": 0.8168, "lr": 1e-05, "grad_norm": 0.9202,
+                 "tokens_per_sec": 31039.28, "tokens_per_gpu_per_sec": 3879.91}),
+    ("[1,0]<stdout>:Step #10\tLoss: 0.924903", {"iteration": 10, "lm_loss": 0.924903}),  # Horovod's examples
+    ("steps: 2 loss: 12.6157 iter time (s): 2.673 samples/sec: 95.775",  # DeepSpeed's pipeline engine
+     {"iteration": 2, "lm_loss": 12.6157, "elapsed_ms": 2673.0, "samples_per_sec": 95.775}),
+    ("Epoch 4 | iter 961 step 961 | loss train: 1.062, val: 1.057 | iter time: 529.46 ms (step)",  # litgpt
+     {"iteration": 961, "lm_loss": 1.062, "elapsed_ms": 529.46}),
+])
+def test_more_step_line_formats(line, want):
+    its = parse_lines([line]).to_dict()["iterations"]
+    assert len(its) == 1 and {k: its[0][k] for k in want} == want
+
+
+def test_axolotl_trainer_dicts_give_memory_rows():
+    line = ("{'loss': 4.75, 'grad_norm': 98.5, 'learning_rate': 5e-06, 'memory/max_mem_active(gib)': 25.45, "
+            "'memory/max_mem_allocated(gib)': 25.45, 'memory/device_mem_reserved(gib)': 30.22, 'epoch': 1.0}")
+    p = parse_lines([line, line.replace("4.75", "2.0312")])
+    assert [r["iteration"] for r in p.to_dict()["iterations"]] == [1, 2]
+    assert p.memory[["iteration", "max_allocated_mb", "reserved_mb"]].values.tolist() == [
+        [1, 25.45 * 1024, 30.22 * 1024], [2, 25.45 * 1024, 30.22 * 1024]]
+
+
+@pytest.mark.parametrize("code, kinds", [("-9", ["child_failed", "host_oom"]), ("-11", ["child_failed"]),
+                                         ("1", ["child_failed"])])
+def test_deepspeed_launcher_exit_code(code, kinds):
+    lines = ["[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266",
+             "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', "
+             f"'main.py', '--local_rank=0'] exits with return code = {code}"]
+    assert sorted(f["kind"] for f in parse_lines(lines).to_dict()["failures"]) == kinds
+
+
+def test_an_excepthooks_uncaught_error_and_olmos_rank_prefix():
+    line = ("[2024-04-18 19:10:41] CRITICAL [olmo.util:158, rank=3] Uncaught OLMoThreadError: generator "
+            "thread data thread 3 failed")
+    (f,) = parse_lines([line]).to_dict()["failures"]
+    assert (f["kind"], f["rank"]) == ("python_exception", 3)
+    assert f["message"] == "OLMoThreadError: generator thread data thread 3 failed"

@@ -47,6 +47,16 @@ def _f(text: str) -> float | None:
         return None
 
 
+MEMORY_KEYS = ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb")
+
+
+def take_memory(rec: dict[str, Any], rank: int | None) -> dict[str, Any] | None:
+    """Move an iteration record's memory values (a DeepSpeed timer's, a Trainer dict's) into a
+    memory row ``{rank, iteration, ...}``; None when it holds none."""
+    mem = {k: rec.pop(k) for k in MEMORY_KEYS if k in rec}
+    return {"rank": rec.get("rank", rank), "iteration": rec["iteration"], **mem} if mem else None
+
+
 def parse_step(text: str) -> dict[str, Any] | None:
     """``step=10, skipped=0, lr=[...]`` -> iteration record (iteration, skipped, lr)."""
     if "step=" not in text and "SamplesPerSec=" not in text:

@@ -115,6 +115,10 @@ _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "e
 _SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
+# an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``)
+_UNCAUGHT = re.compile(r"\bUncaught ([A-Za-z_]\w{0,80}(?:Error|Exception)): (.{1,500})")
+# DeepSpeed's launcher: ``[launch.py:434:sigkill_handler] ['python', ...] exits with return code = -9``
+_DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
 _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|DistBackendError"
                                r"|communicator was aborted|recvBytes|Socket Timeout|ProcessGroup"
                                r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
@@ -204,6 +208,12 @@ def match_line(text: str, rank: int | None) -> Failure | None:
     if "ENOSPC" in text or "No space" in text or "quota" in text or "Errno 28" in text:
         if _DISK_FULL.search(text):
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
+    if "Uncaught " in text:
+        m = _UNCAUGHT.search(text)
+        if m:
+            msg = f"{m.group(1)}: {m.group(2)}"
+            return Failure("python_exception", rank, None, _short(msg), HINTS["python_exception"],
+                           key=f"exc:{msg[:120]}")
     if "truncated or corrupt" in text and _BAD_CKPT.search(text):
         return Failure("bad_checkpoint", rank, None, _short(text), HINTS["bad_checkpoint"], key="ckpt")
     return None
@@ -265,7 +275,7 @@ class FailureScanner:
                 f.line = line.lineno
             f = self.add(f)
         self._prev = line
-        if "exitcode" in text:
+        if "exitcode" in text or "exits with return code" in text:
             self._worker_failed(line, text)
         self._child_table(line, text, prev)
         self._traceback(line, text, f)
@@ -273,6 +283,15 @@ class FailureScanner:
     def _worker_failed(self, line: Line, text: str) -> None:
         """torchrun's agent (``failed (exitcode: N) local_rank: R``) or torch 1.9's launcher
         (``Child process P (local_rank R) FAILED (exitcode N)``) reports a failed worker."""
+        m = _DS_EXIT.search(text)
+        if m is not None and m.group(1) != "0":  # DeepSpeed's launcher names no rank
+            code = m.group(1)
+            self.add(Failure("child_failed", None, line.lineno, f"DeepSpeed launcher: a rank's process "
+                             f"exited with return code {code}", HINTS["child_failed"], key="child"))
+            if code in ("-9", "137"):
+                self.add(Failure("host_oom", None, line.lineno, f"a rank killed by SIGKILL (return code "
+                                 f"{code})", HINTS["sigkill"], evidence="signal", key="sigkill"))
+            return
         m = _TORCHRUN_FAIL.search(text)
         r, code = (m.group(2), m.group(1)) if m else (None, None)
         if m is None:

@@ -43,15 +43,17 @@ from labkit.logs.lines import Line
 # parsers (scan.TRIGGERS picks them the same way on every path); a word too common in chatter
 # to be a trigger ("torch.distributed", "megatron") counts only on a line picked for another.
 TOOL_WORDS = (
-    ("NCCL", ("NCCL", "nThread ", "algbw", "Avg bus bandwidth")),  # nccl-tests; a page may eat "#"
+    ("NCCL", ("NCCL", "nThread ", "algbw", "Avg bus bandwidth",  # nccl-tests; a page may eat "#"
+              " INFO init.cu:", " INFO bootstrap.cu:", "include/socket.h:", "include/net.h:")),  # 2018
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback")),
-    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]")),
+    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
     ("Slurm", ("slurm", "srun", "SLURM", "CANCELLED", "NODE_FAIL")),
     ("CUDA", ("CUDA", "cuda", "Xid")),
-    ("trainer", ("Lightning", "torchtitan", "nanotron", "picotron", "nanoGPT")),
+    ("trainer", ("Lightning", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq", '{"epoch": ',
+                 "olmo.train", "orovod", "MaxText", "nanochat")),
 )
 _TOOLS = re.compile("|".join(f"(?P<{tool}>{'|'.join(re.escape(w) for w in words)})"
                              for tool, words in TOOL_WORDS))

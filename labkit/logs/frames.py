@@ -10,7 +10,7 @@ import pandas as pd
 
 ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
                 "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
-                "samples_per_sec", "tokens_per_sec", "timestamp"]
+                "samples_per_sec", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu", "timestamp"]
 LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
 _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "pipe_parallel_size": "pp",  # Megatron-DeepSpeed

@@ -12,7 +12,8 @@ process printed, plus the rank the wrapper told us about:
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     loggers               time stamps, ``[INFO]``, ``ERROR:root:``, `` - root - INFO - ``, glog,
-                          nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``
+                          nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``,
+                          OLMo's ``[olmo.train:816, rank=0]``
 
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. A Megatron time
 stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
@@ -59,6 +60,7 @@ _PREFIX = re.compile(
     r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
     r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
+    r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r")"
 )
 # The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
@@ -86,7 +88,7 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4"):
+        for g in ("r1", "r2", "r3", "r4", "r5"):
             if m.group(g) is not None:
                 rank = int(m.group(g))
                 break

@@ -81,7 +81,7 @@ _FAIRSEQ_PAIR = re.compile(r"(\w{1,40})=([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][
                            r"(?![\w.])")
 _FAIRSEQ_KEYS = {"loss": "lm_loss", "lr": "lr", "gnorm": "grad_norm", "loss_scale": "loss_scale",
                  "wps": "tokens_per_sec"}
-_LITGPT = re.compile(r"iter (\d{1,12})(?: \|)? st[eE]p \d{1,12}: loss(?: train \(curr\))?:? "
+_LITGPT = re.compile(r"iter (\d{1,12})(?: \|)? st[eE]p \d{1,12}(?::| \|) loss(?: train(?: \(curr\))?)?:? "
                      r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf)),"
                      r".{0,200}?iter time: (\d{1,20}(?:\.\d{1,20})?) ?ms")
 _START = re.compile(r"^\s{0,8}[Ss]tep:\s{0,12}(\d{1,12})(?=[\s|,])")
@@ -96,14 +96,19 @@ _KEYS = {"loss": "lm_loss", "lr": "lr", "grad_norm": "grad_norm", "gradnorm": "g
          "memory": "memory", "memory usage": "memory"}
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 _NUMBER = r"[-+]?[0-9][0-9,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_DASHED = re.compile(r"^\s{0,8}step (\d{1,12})(?:/(\d{1,12}))?(?: \(\d{1,3}(?:\.\d{1,4})?%\))?\s{0,4}(?=\|)")
+_DASHED = re.compile(r"^\s{0,8}(?:[\w.-]{1,60} \| ){0,2}step (\d{1,12})(?:/(\d{1,12}))?"
+                     r"(?: \(\d{1,3}(?:\.\d{1,4})?%\))?\s{0,4}(?=\|)")
 _DASHED_PAIR = re.compile(r"\|\s{0,4}([A-Za-z][\w/-]{0,40}):? (" + _NUMBER
-                          + r")\s{0,2}(sec|ms|s|GiB|GB|MiB|MB)?(?=\s{0,4}(?:\||$))")
+                          + r")\s{0,2}(sec|ms|s|GiB|GB|MiB|MB)?(?:\((" + _NUMBER + r")/gpu\))?"
+                          r"(?=\s{0,4}(?:\||$))")
 _DASHED_KEYS = {"loss": "lm_loss", "cross-entropy-loss": "lm_loss", "lm-loss": "lm_loss",
                 "learning-rate": "lr", "lr": "lr", "gradient-norm": "grad_norm", "grad-norm": "grad_norm",
                 "grad_norm": "grad_norm", "tokens-per-second": "tokens_per_sec", "tok/sec": "tokens_per_sec",
                 "step-time": "elapsed_ms", "dt": "elapsed_ms", "mfu": "mfu", "bf16_mfu": "mfu",
-                "peak-gpu-memory": "memory"}
+                "peak-gpu-memory": "memory", "mem": "memory", "tps": "tokens_per_sec"}
+_HASH_STEP = re.compile(r"^\s{0,8}Step #(\d{1,12})\s{1,8}Loss: (" + _NUMBER + r"|nan|inf)")
+_PIPE = re.compile(r"^\s{0,8}steps: (\d{1,12}) loss: (" + _NUMBER + r"|nan|inf) iter time \(s\): ("
+                   + _NUMBER + r") samples/sec: (" + _NUMBER + r")")
 _MAXTEXT = re.compile(r"completed step: (\d{1,12}), seconds: (" + _NUMBER + r")")
 _MAXTEXT_KEYS = {"TFLOP/s/device": "tflops_per_gpu", "TFLOP/s": "tflops_per_gpu",
                  "Tokens/s/device": "tokens_per_gpu_per_sec", "loss": "lm_loss", "lm_loss": "lm_loss"}
@@ -119,16 +124,19 @@ _OLMO_MEMORY = "System/Peak GPU Memory (MB)"
 def may_be_step_line(text: str) -> bool:
     """A cheap test on a cleaned line: can parse_step_line take it?"""
     return ("tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text
-            or text.lstrip().startswith("step "))  # "tep:": also MaxText's "completed step: "
+            or ("step " in text and "|" in text) or "iter time" in text or "Step #" in text
+            or "steps: " in text)  # "tep:": also MaxText's "completed step: "
 
 
 def may_be_loop_line(raw: str | bytes) -> bool:
     """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
     if isinstance(raw, bytes):
         return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
-            or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss: " in raw)
+            or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss" in raw) \
+            or b"Step #" in raw
     return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
-        or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss: " in raw)
+        or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss" in raw) \
+        or "Step #" in raw
 
 
 def has_no_trigger(text: str) -> bool:
@@ -138,9 +146,12 @@ def has_no_trigger(text: str) -> bool:
         return _fairseq(text) is not None
     if "completed step: " in text:
         return _MAXTEXT.search(text) is not None
-    if "| loss: " in text:
+    if "Step #" in text:
+        return _HASH_STEP.match(text) is not None
+    if "step " in text and "|" in text:
         m = _DASHED.match(text)
-        return m is not None and _dashed(text, m) is not None
+        if m is not None:
+            return _dashed(text, m) is not None
     if "iter time" in text:
         return _LITGPT.search(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
@@ -188,6 +199,13 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
         return _dashed(text, m)
     if "completed step: " in text:
         return _maxtext(text)
+    m = _HASH_STEP.match(text) if "Step #" in text else None
+    if m is not None:  # Horovod's examples: "Step #10<TAB>Loss: 0.924903"
+        return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2))}
+    m = _PIPE.match(text) if "steps: " in text else None
+    if m is not None:  # DeepSpeed's pipeline engine, after its step= line
+        return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)),
+                "elapsed_ms": float(m.group(3)) * 1000.0, "samples_per_sec": float(m.group(4))}
     m = _LITGPT.search(text) if "iter time" in text else None
     if m is not None:
         return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
@@ -242,11 +260,13 @@ def _dashed(text: str, m: re.Match) -> dict[str, Any] | None:
     """``step N/M | name value [unit] | ...`` (pith-train) -> an iteration record."""
     rec: dict[str, Any] = {"iteration": int(m.group(1)),
                            "train_iters": int(m.group(2)) if m.group(2) else None}
-    for label, value, unit in _DASHED_PAIR.findall(text, m.end()):
+    for label, value, unit, per_gpu in _DASHED_PAIR.findall(text, m.end()):
         col = _DASHED_KEYS.get(label)
         if col is None or col in rec:
             continue
         v = float(value.replace(",", ""))
+        if per_gpu:  # NeMo Automodel: "tps 31039.28(3879.91/gpu)"
+            rec["tokens_per_gpu_per_sec"] = float(per_gpu.replace(",", ""))
         if col == "memory":
             if unit in _MIB:
                 rec["_memory"] = ("max_allocated_mb", v * _MIB[unit])

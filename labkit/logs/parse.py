@@ -265,10 +265,9 @@ class _Collector:
             return False
         ds = self.steps.parse(line)
         if ds is not None:
-            if "allocated_mb" in ds:
-                self.memory.append({"rank": ds.get("rank", line.rank), "iteration": ds["iteration"],
-                                    "allocated_mb": ds.pop("allocated_mb"),
-                                    "max_allocated_mb": ds.pop("max_allocated_mb")})
+            mem = deepspeed.take_memory(ds, line.rank)
+            if mem is not None:
+                self.memory.append(mem)
             ds.pop("rank", None)
             if "skipped" in ds and self.seen.scale is not None:  # a DeepSpeed step= line
                 ds.setdefault("loss_scale", self.seen.scale)
@@ -298,6 +297,7 @@ class _Collector:
         self.pending.clear()
         self.blocks.close(self)
         for rec in self.steps.numbered_in_order():
+            self.memory += [m for m in [deepspeed.take_memory(rec, None)] if m]
             self._add_iteration(rec)
 
 

@@ -200,7 +200,11 @@ for precision in ("bf16", "fp16"):
         r["loss_dtype"] = str(loss.dtype)
         r["loss"] = float(loss.float().mean())
     out[precision] = r
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# Every group ended before the interpreter is: a gloo group left to exit's teardown can find its
+# worker thread still joinable and abort ("terminate called without an active exception")
+ps.destroy_model_parallel()
+torch.distributed.destroy_process_group()
 """
 
 

@@ -107,8 +107,10 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
 _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
                     r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
                     r"(?: on (\S{1,100}))? \*\*\*")
-_NODE_FAIL = re.compile(r"srun: error: Node failure on (\S{1,100})|Task launch for \S{1,60} failed on "
-                        r"node (\S{1,100})|NODE_FAIL")
+# srun's and salloc's "Node failure on NODE" (the allocation lost a node), a task launch on a node
+# that failed, a job or step Slurm ended in state NODE_FAIL
+_NODE_FAIL = re.compile(r"(?:srun|salloc|sbatch)(?:-[\w.-]{1,60})?: error: Node failure on (\S{1,100})"
+                        r"|Task launch for \S{1,60} failed on node (\S{1,100})|NODE_FAIL")
 _TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
@@ -197,8 +199,11 @@ def match_line(text: str, rank: int | None) -> Failure | None:
                 + (f" due to {reason}" if reason else "")
             return Failure(kind, rank, None, msg, HINTS[kind], key="slurm")
     if "Node failure" in text or "failed on node" in text or "NODE_FAIL" in text:
-        if _NODE_FAIL.search(text):
-            return Failure("node_failure", rank, None, _short(text), HINTS["node_failure"], key="slurm")
+        m = _NODE_FAIL.search(text)
+        if m:
+            node = m.group(1) or m.group(2)
+            msg = (f"Slurm: node {node} failed under the job: " if node else "") + _short(text)
+            return Failure("node_failure", rank, None, msg, HINTS["node_failure"], key="slurm")
     if "exitcode" in text and "local_rank" in text:
         m = _TORCHRUN_FAIL.search(text)
         if m and m.group(1) == "-9":

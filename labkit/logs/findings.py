@@ -50,7 +50,7 @@ TOOL_WORDS = (
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
-    ("Slurm", ("slurm", "srun", "SLURM", "CANCELLED", "NODE_FAIL")),
+    ("Slurm", ("slurm", "srun", "salloc", "sbatch", "SLURM", "CANCELLED", "NODE_FAIL")),
     ("CUDA", ("CUDA", "cuda", "Xid")),
     ("trainer", ("Lightning", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq", '{"epoch": ',
                  "olmo.train", "orovod", "MaxText", "nanochat")),

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "global_batch_size",
@@ -102,3 +103,25 @@ def iterations_frame(col: Any, layout: dict[str, int | None]) -> pd.DataFrame:
         else:
             df[c] = v
     return df.reset_index(drop=True)
+
+
+def plain_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts of Python values, null for a missing or infinite one (_clean, column-wise)."""
+    if len(df) == 0:
+        return []
+    gone = df.isna()
+    for c in df.select_dtypes("floating").columns:
+        gone[c] |= np.isinf(df[c].to_numpy())
+    return df.astype(object).mask(gone, None).to_dict("records")
+
+
+def frame_of_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Records -> a compact frame (timestamps as datetime64, not one string object per row)."""
+    return frame_of_columns(pd.DataFrame(rows))
+
+
+def frame_of_columns(data: dict[str, list] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(data)
+    if "timestamp" in df.columns:
+        df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce", format="mixed")
+    return df

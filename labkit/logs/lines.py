@@ -5,6 +5,7 @@ record parsers (megatron.py, deepspeed.py, nccl.py, failures.py) only see what t
 process printed, plus the rank the wrapper told us about:
 
     torchrun --tee        ``[default3]:text``          (torchrun's worker index)
+    TorchX                ``[trainer0|3]:text``        (role and replica, then the rank)
     torch >= 2.2 logging  ``[rank3]:text``
     srun --label          `` 3: text``
     pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
@@ -44,6 +45,7 @@ _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)"
 _PREFIX = re.compile(
     r"(?:\[rank ?(?P<r2>\d{1,6})\]:? ?"                          # [rank3]: (torch), [rank 3] (picotron)
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
+    r"|\[[A-Za-z_][\w-]{0,31}\|(?P<r6>\d{1,6})\]: ?"           # TorchX [trainer0|3]:
     r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>: ?"         # Open MPI [1,4]<stdout>:
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
@@ -63,6 +65,9 @@ _PREFIX = re.compile(
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r")"
 )
+# A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
+# message's prefix was glued to it (``...| 26/101 [06:45<17:27, 13.96s/it][trainer0|0]:``).
+_GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
 # The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
 _NOT_ROLES = frozenset({"Rank", "E", "W", "I"})
 
@@ -88,7 +93,7 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4", "r5"):
+        for g in ("r1", "r2", "r3", "r4", "r5", "r6"):
             if m.group(g) is not None:
                 rank = int(m.group(g))
                 break
@@ -96,6 +101,18 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
             host = m.group("host") or m.group("pod") or host
         text = text[m.end():]
     return text, rank, host
+
+
+def split_glued(line: Line) -> tuple[Line, ...]:
+    """A line holding another message behind a glued TorchX prefix -> the two messages (the
+    second with the rank its prefix names); any other line -> itself."""
+    text = line.text
+    m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
+    if m is None:
+        return (line,)
+    rest, rank, host = strip_prefixes(text[m.start():])
+    return (Line(line.lineno, line.rank, text[:m.start()], line.host, line.width),
+            *split_glued(Line(line.lineno, rank, rest, host or line.host, line.width)))
 
 
 def _unbar(m: re.Match) -> str:

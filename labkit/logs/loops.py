@@ -70,6 +70,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from labkit.logs import generic
 from labkit.logs.lines import clean_line
 
 _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
@@ -335,8 +336,11 @@ class Blocks:
 def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> None:
     """Add the records of the lines among the first ``limit`` bytes of ``lines`` that
     has_no_trigger takes to ``col`` (parse.py's collector; a record read already merges with its
-    copy: the same iteration, the same values)."""
+    copy: the same iteration, the same values). In a log with no record yet, every line is also
+    offered to generic.py (kept only if no reader finds a record)."""
     seen = 0
+    if not col.n_iters and col.generic is None:  # no record yet: any loop's step lines (generic.py)
+        col.generic = []
     for lineno, raw in enumerate(lines, 1):
         seen += len(raw)
         if seen > limit:
@@ -346,3 +350,6 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
             rec = parse_step_line(text) if has_no_trigger(text) else None
             if rec is not None:
                 col._add_iteration(rec)
+                continue
+        if col.generic is not None:
+            generic.offer_raw(col, raw, clean_line, lineno)

@@ -16,15 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.logs import deepspeed, fastscan, loops, megatron, nccl, nccltests
+from labkit.logs import deepspeed, fastscan, generic, loops, megatron, nccl, nccltests
 from labkit.logs.failures import Failure, FailureScanner, rank_failures
 from labkit.logs.findings import Seen
-from labkit.logs.frames import ITER_COLUMNS, LAYOUT_KEYS, iterations_frame, layout_of
-from labkit.logs.lines import Line, iter_file
+from labkit.logs.frames import (
+    ITER_COLUMNS,
+    LAYOUT_KEYS,
+    frame_of_columns,
+    frame_of_rows,
+    iterations_frame,
+    layout_of,
+    plain_records,
+)
+from labkit.logs.lines import Line, iter_file, split_glued
 from labkit.logs.scan import feed_file, feed_lines
 
 MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
@@ -78,40 +85,18 @@ class ParsedLog:
         channels = self.nccl.reindex(columns=NCCL_COLUMNS)
         return {
             "layout": {k: self.layout.get(k) for k in LAYOUT_KEYS},
-            "iterations": _records(its),
-            "memory": _records(mem),
+            "iterations": plain_records(its),
+            "memory": plain_records(mem),
             "nccl": {"version": self.nccl_version,
-                     "transports": nccl.summarize(_records(channels)),
-                     "channels": _records(channels), "tests": self.nccl_tests},
+                     "transports": nccl.summarize(plain_records(channels)),
+                     "channels": plain_records(channels), "tests": self.nccl_tests},
             "failures": [f.to_dict() for f in self.failure_records],
             "findings": list(self.findings),
         }
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts of Python values, null for a missing or infinite one (_clean, column-wise)."""
-    if len(df) == 0:
-        return []
-    gone = df.isna()
-    for c in df.select_dtypes("floating").columns:
-        gone[c] |= np.isinf(df[c].to_numpy())
-    return df.astype(object).mask(gone, None).to_dict("records")
-
-
-def _pack(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Records -> a compact frame (timestamps as datetime64, not one string object per row)."""
-    return _pack_columns(pd.DataFrame(rows))
-
-
-def _pack_columns(data: dict[str, list] | pd.DataFrame) -> pd.DataFrame:
-    df = pd.DataFrame(data)
-    if "timestamp" in df.columns:
-        df["timestamp"] = pd.to_datetime(df["timestamp"], errors="coerce", format="mixed")
-    return df
-
-
 class _Collector:
-    def __init__(self) -> None:
+    def __init__(self, every: bool = False) -> None:
         # Iteration records are packed into DataFrame chunks as they come, so memory grows with
         # the compact table, not with one Python dict per iteration.
         self.iter_rows: list[dict[str, Any]] = []
@@ -138,6 +123,7 @@ class _Collector:
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
+        self.generic: list[dict[str, Any]] | None = [] if every else None  # generic.py's records
 
     @property
     def busy(self) -> bool:
@@ -145,6 +131,10 @@ class _Collector:
                 or self.blocks.busy)
 
     def feed(self, line: Line) -> None:
+        for part in split_glued(line):  # a message with the next one's prefix glued to its end
+            self._feed(part)
+
+    def _feed(self, line: Line) -> None:
         if self.in_args:
             self.in_args = 0 if "end of arguments" in line.text else self.in_args - 1
         elif "- arguments -" in line.text:
@@ -177,7 +167,7 @@ class _Collector:
     def pack_rows(self) -> None:
         """Pack the iteration records of the general path (before rows of the fast path follow)."""
         if self.iter_rows:
-            self.iter_chunks.append(_pack(self.iter_rows))
+            self.iter_chunks.append(frame_of_rows(self.iter_rows))
             self.iter_rows = []
 
     def add_fast_rows(self, csv: bytes, n: int) -> None:
@@ -192,19 +182,19 @@ class _Collector:
             self._pack_fast()
 
     def _pack_fast(self) -> None:
-        """The same frame _pack makes of megatron._parse_common's records, parsed by pandas' C reader."""
+        """The frame frame_of_rows makes of megatron._parse_common's records, by pandas' C reader."""
         blob = b"".join(self.fast_rows)
         self.fast_rows, self.fast_n = [], 0
         df = pd.read_csv(io.BytesIO(blob), header=None, names=list(megatron.COMMON_COLS), engine="c",
                          dtype=_FAST_DTYPES, keep_default_na=False, na_values=[""], **_EXACT_FLOATS)
         absent = [c for c in _FAST_OPTIONAL if df[c].isna().all()]  # a record dict leaves them out
-        self.iter_chunks.append(_pack_columns(df.drop(columns=absent) if absent else df))
+        self.iter_chunks.append(frame_of_columns(df.drop(columns=absent) if absent else df))
 
     def iterations(self) -> pd.DataFrame:
         """All iteration records; several records of one iteration merge (the last value wins)."""
         if self.fast_rows:
             self._pack_fast()
-        frames = [f for f in self.iter_chunks + [_pack(self.iter_rows)] if not f.empty]
+        frames = [f for f in self.iter_chunks + [frame_of_rows(self.iter_rows)] if not f.empty]
         self.iter_chunks, self.iter_rows = [], []
         if not frames:
             return pd.DataFrame()
@@ -289,6 +279,8 @@ class _Collector:
         a = megatron.parse_argument(text)
         if a is not None:
             self.args.setdefault(*a)
+        elif self.generic is not None:  # no reader took it: any loop's step record? (generic.py)
+            generic.offer(self, line)
         return False
 
     def flush(self) -> None:
@@ -334,7 +326,7 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
         feed(col, Path(p))
         col.flush()  # a wrapped line never continues into the next file
     if _found_nothing(col):  # no trigger word: offer every line (of the first _EVERY_LINE_BYTES)
-        col = _Collector()
+        col = _Collector(every=True)
         for p in paths:
             feed_lines(col, iter_file(p), every=_EVERY_LINE_BYTES)
             col.flush()
@@ -371,7 +363,7 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
     feed_lines(col, lines)
     col.flush()
     if _found_nothing(col):  # as parse_log: every line, when no trigger word was found
-        col = _Collector()
+        col = _Collector(every=True)
         feed_lines(col, lines, every=_EVERY_LINE_BYTES)
         col.flush()
     elif _wants_loop_lines(col):
@@ -380,6 +372,7 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
 
 
 def _result(col: _Collector, sources: list[str], head: Callable[[], Iterable]) -> ParsedLog:
+    generic.finish(col)
     layout = layout_of(col, head)
     failures = rank_failures(col.scanner.failures)
     its = iterations_frame(col, layout)

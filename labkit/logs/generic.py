@@ -1,0 +1,174 @@
+"""Step records of any training loop: a step counter and named metrics, whatever the loop.
+
+The readers of loops.py, megatron.py and deepspeed.py each know one loop's lines. This one knows
+the shape they all share, for the loops none of them knows: a line that names a step counter
+and at least one metric of a known name is a step record. It is the fallback: parse.py asks it
+only in a log where no other reader found an iteration record (then every line of the log is
+offered to it), and keeps its records only if no other reader found one by the end.
+
+The counter, by name and in any case (``step``, ``global step``, ``global_step``, ``iteration``,
+``iter``, ``it``, ``batch``), then a separator (``:``, ``=``, ``#``, ``|``, ``,``, blanks, a
+bracket) and a whole number, or ``N/M`` (N the step, M the steps planned); or, with no name, the
+number(s) a line starts with, where the line names a loss: ``1|25|Loss: 1.26`` (epoch|step,
+torchtune's bar description), ``    1 93.44 s run, 11.8750 loss`` (tinygrad). A metric is read in
+either order, ``name sep value [unit]`` (``loss: 975.9991``, ``Loss=0.01022``, ``loss = 79.35``)
+or ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``, ``0.000000000001 LR``)::
+
+    03:26:55 [INFO] [TRAIN] [Rank 0] step: 8, loss: 975.9991, tokens_per_second: 76957.79, mfu: 42.46
+    INFO:tensorflow:global step 1: loss = 79.3501 (57.126 sec/step)
+    | Training Device=xla:0/3 Epoch=1 Step=280 Loss=0.01022 Rate=1760.91 GlobalRate=257.10 Time=07:29:39
+
+Names -> columns (the corpus rules, tests/fixtures/logs/real/README.md): ``loss``, ``lm loss``,
+``train_loss``, ``reduced_train_loss`` -> lm_loss; ``lr``, ``learning_rate`` -> lr; a step time
+(``sec/step``, ``s/step``, ``ms/step``, ``step_time``, ``iter time``, ``time/step``,
+``elapsed``, ``seconds``, ``run``, ``time``) -> elapsed_ms, only where a unit says seconds or
+milliseconds (a bare number, or a clock like ``07:29:39``, says neither); ``tokens_per_second``,
+``tok/s``, ``tokens/s`` -> tokens_per_sec, per device or GPU -> tokens_per_gpu_per_sec (``K``,
+``M`` multiply); ``mfu`` -> mfu as printed; ``TFLOP/s``, ``tflops`` -> tflops_per_gpu;
+``grad_norm``, ``gnorm`` -> grad_norm; ``loss_scale`` -> loss_scale; memory (``memory``,
+``mem``, ``peak_memory``, ...) with GB/GiB/MB/MiB -> a memory row in MiB (max_allocated_mb where
+the name says peak or max, else allocated_mb). Other names (``Rate``, ``GB used``, ``GFLOPS``,
+``epoch``) are no column. A line printed twice (two log handlers, every device) is one record
+per step: parse.py merges records of one iteration.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from labkit.logs.lines import split_glued
+
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
+# a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
+_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)"
+                      r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?![\d.]|[,.]\d)"
+                      r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
+# no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
+_LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})(?:\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))")
+_NAMES = {
+    "loss": "lm_loss", "lm loss": "lm_loss", "lm_loss": "lm_loss", "train_loss": "lm_loss",
+    "train loss": "lm_loss", "training loss": "lm_loss", "training_loss": "lm_loss",
+    "reduced_train_loss": "lm_loss", "train/loss": "lm_loss", "loss/train": "lm_loss",
+    "lr": "lr", "learning_rate": "lr", "learning rate": "lr", "learning-rate": "lr",
+    "sec/step": "s", "s/step": "s", "ms/step": "ms", "s/iter": "s", "ms/iter": "ms", "step_time": "time",
+    "step time": "time", "iter time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
+    "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time",
+    "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
+    "tok/s": "tok", "tok/sec": "tok", "tokens-per-second": "tok",
+    "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
+    "grad_norm": "grad_norm", "grad norm": "grad_norm", "gnorm": "grad_norm", "grad-norm": "grad_norm",
+    "gradient_norm": "grad_norm", "loss_scale": "loss_scale", "loss scale": "loss_scale",
+    "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
+    "peak memory": "mem", "max memory": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
+}
+_PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
+_NAME = re.compile(r"(?<![\w/])(" + "|".join(sorted((re.escape(n) for n in _NAMES), key=len, reverse=True))
+                   + r")((?:/|_per_)(?:device|gpu|chip|accelerator))?(?![\w/])", re.IGNORECASE)
+_UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
+_AFTER = re.compile(r"\s{0,4}(?:\([a-zA-Z]{1,4}\)\s{0,2})?[:=]?\s{0,4}(" + _NUM + r")\s{0,2}" + _UNIT
+                    + r"(?![\w/])")
+_BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
+_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
+_HELD_OUT = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test|dev)[ _/-]{0,2}$")
+_PREFILTER = re.compile(r"loss|lr\b|learning|tok|mfu|tflop|/step|time|elapsed|norm", re.IGNORECASE)
+
+
+def may_be_record(text: str | bytes) -> bool:
+    """A cheap test before parse: does the line name any metric at all?"""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return _PREFILTER.search(text) is not None
+
+
+def parse(text: str) -> dict[str, Any] | None:
+    """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None."""
+    if not may_be_record(text):
+        return None
+    m = _COUNTER.search(text)
+    if m is not None:
+        rec: dict[str, Any] = {"iteration": int(m.group(1))}
+        if m.group(2):
+            rec["train_iters"] = int(m.group(2))
+        rest = text[m.end():]
+        if "lm_loss" not in _metrics(text[:m.start()], {}):  # a loss before the counter: no record
+            _metrics(rest, rec)
+    else:
+        m = _LEADING.match(text)
+        if m is None:
+            return None
+        rec = {"iteration": int(m.group(1))}
+        _metrics(text[m.end():], rec)
+        if "lm_loss" not in rec:  # no name for the counter: a loss says it is a step record
+            return None
+    return rec if len(rec) > 1 + ("train_iters" in rec) else None
+
+
+def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
+    used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
+    for m in _NAME.finditer(text):
+        name, per_device = m.group(1).lower(), m.group(2)
+        if _HELD_OUT.search(text, max(0, m.start() - 16), m.start()):  # "val loss": no training step
+            continue
+        kind = _NAMES[name]
+        a = _AFTER.match(text, m.end())
+        if a is not None:
+            value, unit, used = a.group(1), a.group(2), a.end()
+        else:
+            b = _BEFORE.search(text, used, m.start())
+            if b is None:
+                continue
+            value, unit, used = b.group(1), b.group(2), m.end()
+        try:
+            v = float(value.replace(",", ""))
+        except ValueError:
+            continue
+        _put(rec, kind, name, v, unit, bool(per_device) or _PER_DEVICE.search(name) is not None)
+    return rec
+
+
+def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, per_device: bool) -> None:
+    if kind in ("s", "ms", "time"):
+        unit = unit or (kind if kind != "time" else None)
+        if unit in ("s", "sec"):
+            rec.setdefault("elapsed_ms", v * 1000.0)
+        elif unit == "ms":
+            rec.setdefault("elapsed_ms", v)
+    elif kind == "tok":
+        col = "tokens_per_gpu_per_sec" if per_device else "tokens_per_sec"
+        rec.setdefault(col, v * _SCALE.get(unit or "", 1.0))
+    elif kind == "mem":
+        if unit in _MIB and "_memory" not in rec:
+            peak = "peak" in name or "max" in name
+            rec["_memory"] = ("max_allocated_mb" if peak else "allocated_mb", v * _MIB[unit])
+    elif unit in (None, "%") or kind == "tflops_per_gpu":
+        rec.setdefault(kind, v)
+
+
+def offer(col: Any, line: Any) -> None:
+    """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
+    rec = parse(line.text)
+    if rec is not None:
+        rec["_rank"] = line.rank
+        col.generic.append(rec)
+
+
+def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
+    """The same for a raw line (loops.add_lines), cleaned only where it names a metric."""
+    if may_be_record(raw):
+        for line in split_glued(clean(raw, lineno)):
+            offer(col, line)
+
+
+def finish(col: Any) -> None:
+    """Keep the records gathered here only where no other reader found an iteration."""
+    recs, col.generic = col.generic or [], None
+    if col.n_iters:
+        return
+    for rec in recs:
+        rank, mem = rec.pop("_rank"), rec.pop("_memory", None)
+        if mem is not None:
+            col.memory.append({"rank": rank, "iteration": rec["iteration"], mem[0]: mem[1]})
+        col._add_iteration(rec)

@@ -1,0 +1,123 @@
+"""Step records of any training loop (labkit/logs/generic.py), TorchX prefixes glued to a bar
+(lines.py) and Slurm's allocation-side node failure (failures.py), from real lines.
+
+Each line is a line of a corpus log (tests/fixtures/logs/real, sources in its README.md), named
+beside it; the expected values are read from the line by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.logs import generic, parse_lines
+from labkit.logs.lines import clean_line, iter_lines, split_glued
+
+REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
+
+# prime_rl_2025_..._primerl20.txt (its only line)
+PRIME = "03:26:55 [INFO] [TRAIN] [Rank 0] step: 8, loss: 975.9991, tokens_per_second: 76957.79, mfu: 42.46"
+# tensorflow_2018_slim_..._tfmodels2980.txt
+TF = "INFO:tensorflow:global step 1: loss = 79.3501 (57.126 sec/step)"
+# torch_xla_2023_..._xla6026.txt
+XLA = ("| Training Device=xla:0/3 Epoch=1 Step=280 Loss=0.01022 Rate=1760.91 GlobalRate=257.10 "
+       "Time=07:29:39")
+# tinygrad_2025_..._tinygrad13803.txt
+TINY = "    1 93.44 s run, 11.8750 loss, 0.000000000001 LR, 642.43 GB used,  19644.30 GFLOPS"
+# torchtune_2025_..._torchtune2620.txt: the bar's second copy, the next line's prefix glued to it
+TUNE = ("[trainer0|0]:1|27|Loss: 1.1958776712417603:  27%|██▋       | 27/101 [07:00<17:31, 14.21s/it]"
+        "[trainer0|0]:")
+# maxtext_2024_completed_step_..._maxtext761.txt (read by loops.py too: the same fields)
+MAXTEXT = ("completed step: 9, seconds: 1.341, TFLOP/s/device: 257.929, Tokens/s/device: 36653.244, "
+           "loss: 0.000")
+
+
+@pytest.mark.parametrize("line, want", [
+    (PRIME, {"iteration": 8, "lm_loss": 975.9991, "tokens_per_sec": 76957.79, "mfu": 42.46}),
+    (TF, {"iteration": 1, "lm_loss": 79.3501, "elapsed_ms": 57126.0}),  # value unit name: sec/step
+    (XLA, {"iteration": 280, "lm_loss": 0.01022}),  # Rate: no column; Time=07:29:39 a clock
+    (TINY, {"iteration": 1, "elapsed_ms": 93440.0, "lm_loss": 11.875, "lr": 1e-12}),  # no counter name
+    (TUNE, {"iteration": 27, "lm_loss": 1.1958776712417603}),  # epoch|step|Loss
+    (MAXTEXT, {"iteration": 9, "elapsed_ms": 1341.0, "tflops_per_gpu": 257.929,
+               "tokens_per_gpu_per_sec": 36653.244, "lm_loss": 0.0}),
+])
+def test_step_records_of_any_loop(line, want):
+    got = generic.parse(clean_line(line).text)
+    assert got == pytest.approx(want)
+
+
+@pytest.mark.parametrize("line", [
+    "INFO:tensorflow:Recording summary at step 0.",  # tfmodels2980: a counter, no metric
+    "INFO:tensorflow:global_step/sec: 0.0339311",  # tfmodels2980: a rate, no counter
+    # nanotron115: a start-up summary (train_steps, start_iteration_step are no counters)
+    "[Start training] datetime: 2024-03-22 19:46:52.930585 | mbs: 1 | grad_accum: 8 | global_batch_size: "
+    "8 | sequence_length: 4096 | train_steps: 5 | start_iteration_step: 0 | consumed_train_samples: 0",
+    # trlx342: losses in a bar's description, the bar's own counter
+    "[losses/total_loss: 1.64 | losses/policy_loss: 0.12 | losses/value_loss: 7.62]:  16%|█████      "
+    "| 1024/6400 [1:14:23<1:13:02,  1.23it/s]",
+    "  lr .............................................. 0.00015",  # bigscience_..._n16-ds-off: arguments
+    "     2097152        524288     float     sum      -1    113.2   18.53   18.53      0    93.35   "
+    "22.46   22.46      0",  # nccl_tests_2024_tree_two_nodes_table_cut_nccltests232: a table row
+])
+def test_lines_that_are_no_step_records(line):
+    assert generic.parse(clean_line(line).text) is None
+
+
+def test_the_corpus_holds_no_line_it_misreads():
+    """On every line of every corpus log: a record the generic reader would read names an
+    iteration inside the log's hand-read range, and a log with no iteration gives none."""
+    wrong = []
+    for log in sorted(REAL.glob("*.txt")):
+        want = json.loads(log.with_suffix(".expected.json").read_text())["iterations"]
+        first = want.get("first", {}).get("iteration")
+        last = want.get("last", {}).get("iteration")
+        for line in iter_lines(log):
+            if not generic.may_be_record(line.text):
+                continue
+            rec = generic.parse(line.text)
+            if rec is None:
+                continue
+            n = rec["iteration"]
+            inside = want["count"] > 0 and (first is None or last is None or first <= n <= last)
+            if not inside:
+                wrong.append((log.name, line.lineno, line.text[:120]))
+    assert wrong == []
+
+
+def test_a_dedicated_reader_wins_and_a_doubled_line_is_one_record():
+    nanogpt = "iter 1631: loss 4.0863, time 561.94ms, mfu 38.12%"  # nanogpt110
+    its = parse_lines([nanogpt, PRIME]).to_dict()["iterations"]
+    assert [r["iteration"] for r in its] == [1631]  # nanoGPT's reader read the log: no generic record
+    tf2 = "INFO:tensorflow:global step 2: loss = 72.8609 (17.053 sec/step)"
+    its = parse_lines([TF, TF, tf2, tf2]).to_dict()["iterations"]  # two log handlers print each line
+    assert [(r["iteration"], r["lm_loss"], r["elapsed_ms"]) for r in its] == [
+        (1, 79.3501, 57126.0), (2, 72.8609, 17053.0)]
+
+
+def test_generic_records_beside_other_tools():
+    """A log with another tool's lines (a trigger word) is read a second time for step lines."""
+    nccl = "node-3:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"  # nccl_2.22_p2p_cumem
+    d = parse_lines([nccl, XLA]).to_dict()
+    assert [(r["iteration"], r["lm_loss"]) for r in d["iterations"]] == [(280, 0.01022)]
+
+
+def test_torchx_prefix_names_the_rank_and_a_glued_prefix_splits_the_line():
+    line = clean_line("[trainer0|3]:1|25|Loss: 1.2621808052062988:  26%|██▌       | 26/101 "
+                      "[06:45<17:27, 13.96s/it]   [trainer1|5]:1|25|Loss: 1.25:")
+    first, second = split_glued(line)
+    assert (first.rank, first.text.strip()) == (3, "1|25|Loss: 1.2621808052062988:")
+    assert (second.rank, second.text) == (5, "1|25|Loss: 1.25:")
+    its = parse_lines([TUNE, TUNE.replace("1|27|", "1|28|")]).to_dict()["iterations"]
+    assert [r["iteration"] for r in its] == [27, 28]
+
+
+@pytest.mark.parametrize("line, node", [
+    ("salloc: error: Node failure on worker-1", "worker-1"),  # soperator854
+    # GoogleCloudPlatform/cluster-toolkit issue 1600 (srun -N3 hostname)
+    ("srun: error: Node failure on hpcsmall-debug-ghpc-0", "hpcsmall-debug-ghpc-0"),
+])
+def test_slurm_node_failure_names_the_node(line, node):
+    (f,) = parse_lines([line]).to_dict()["failures"]
+    assert f["kind"] == "node_failure" and f"node {node} failed" in f["message"]

@@ -6,7 +6,8 @@
     python3 benchmarks/bench_gpu.py --summary runs/gpu-check   # the kept results, exit 1 on failures
 
 Every figure comes from a real run of code/pretrain_gpt.py under torchrun (NCCL, bf16, SDPA
-attention, megatron-core's torch.compile fusions) and its own log. Throughput runs switch the
+attention; megatron-core's torch.compile fusions only where ``LABKIT_FUSIONS=1`` asks, as in the
+engine) and its own log. Throughput runs switch the
 lessons' instrumentation and the checkpoints off (``LABKIT_INSTRUMENT=0``,
 ``LABKIT_SAVE_CHECKPOINTS=0``). Kept under ``--out`` (default runs/gpu-check/):
 
@@ -252,12 +253,16 @@ def compile_probe(bench: Bench) -> None:
     os.environ["LABKIT_FUSIONS"] = "0"
     fn = torch.compile(lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"))
     x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    torch.testing.assert_close(fn(x, x[0]), torch.nn.functional.gelu(x + x[0], approximate="tanh"))
+    # Against the float32 answer, within bf16's own rounding (eps 2**-8, twice over): the fused
+    # kernel rounds once where eager bf16 rounds after each op, so the two bf16 results differ
+    # by an ulp here and there and comparing them to each other fails a correct compiler.
+    exact = torch.nn.functional.gelu(x.float() + x[0].float(), approximate="tanh")
+    torch.testing.assert_close(fn(x, x[0]).float(), exact, rtol=2 ** -7, atol=2 ** -7)
     if before is None:
         os.environ.pop("LABKIT_FUSIONS")
     else:
         os.environ["LABKIT_FUSIONS"] = before
-    bench.doc["fusions"] = os.environ.get("LABKIT_FUSIONS", "1") not in ("0", "false", "no")
+    bench.doc["fusions"] = os.environ.get("LABKIT_FUSIONS", "0") not in ("0", "false", "no")
 
 
 def summary(out: Path) -> int:

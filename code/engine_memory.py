@@ -64,16 +64,21 @@ def cpu_env(on_cuda: bool) -> dict[str, str]:
     return {} if on_cuda else {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def run_switch(name: str) -> bool:
-    """An on/off switch of the engine, read from the environment (on unless 0/false/no).
+def run_switch(name: str, default: bool = True) -> bool:
+    """An on/off switch of the engine, read from the environment: ``default`` where unset, else
+    on unless 0/false/no.
 
     ``LABKIT_INSTRUMENT``: the lessons' instrumentation (code/engine_timing.py's timeline and
     tensor-memory accounting, a ``synchronize()`` and a loss read back every iteration); a
     throughput run sets it to 0, and the loss is then read at log iterations only.
     ``LABKIT_SAVE_CHECKPOINTS``: checkpoints (periodic and final); 0 for a benchmark.
-    ``LABKIT_FUSIONS``: megatron-core's torch.compile fusions on CUDA (engine_model.fusions).
+    ``LABKIT_FUSIONS``: megatron-core's torch.compile fusions on CUDA (engine_model.fusions);
+    off unless set to 1.
     """
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no")
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no")
 
 
 WORKSPACE: dict[str, int | None] = {"bytes": None}

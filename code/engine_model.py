@@ -84,10 +84,15 @@ def fusions(on_cuda: bool) -> dict[str, Any]:
     bias + SwiGLU with ``swiglu``), bias + dropout + residual add, and the vocab-parallel cross
     entropy (``cross_entropy_fusion_impl='native'``). On CUDA only, where the throughput is
     measured; on CPU the plain PyTorch paths are the ones the lessons read (and Inductor would
-    need a C++ compiler there). ``LABKIT_FUSIONS=0`` turns them off on CUDA, for comparisons."""
+    need a C++ compiler there).
+
+    Off unless ``LABKIT_FUSIONS=1``: on one H100 (torch 2.11, megatron-core 0.16.1, no Transformer
+    Engine) they made the median iteration slower, not faster: GPT-2 124M 398 -> 525 ms, the
+    350M-class GPT 357 -> 472 ms, with 1.6 GB more peak memory than the planner counts
+    (benchmarks/README.md, "GPU check")."""
     from engine_memory import run_switch
 
-    on = bool(on_cuda and run_switch("LABKIT_FUSIONS"))
+    on = bool(on_cuda and run_switch("LABKIT_FUSIONS", default=False))
     return {"bias_activation_fusion": on, "bias_dropout_fusion": on,
             "cross_entropy_loss_fusion": on, "cross_entropy_fusion_impl": "native"}
 

@@ -228,9 +228,10 @@ def test_bf16_and_fp16_models_are_all_half_and_bf16_runs_forward():
 
 
 # --- the GPU path's speed: fusions, switches, the model-parallel timeout ------------------------
-def test_torch_compile_fusions_only_on_cuda(monkeypatch):
+def test_torch_compile_fusions_only_on_cuda_and_asked(monkeypatch):
     import engine_model
 
+    monkeypatch.setenv("LABKIT_FUSIONS", "1")
     names = ("bias_activation_fusion", "bias_dropout_fusion", "cross_entropy_loss_fusion")
     gpu = _cfg(device="cuda", precision="bf16")
     for cfg in (gpu, gpu.replace(swiglu=True)):  # bias-GELU and bias-SwiGLU both validate
@@ -244,8 +245,12 @@ def test_torch_compile_fusions_only_on_cuda(monkeypatch):
     cpu = engine_model.transformer_config(_cfg(), on_cuda=False)
     assert not any(getattr(cpu, n) for n in names)
     assert engine_model.fusions_line(cpu) == "fusions: none (plain PyTorch element-wise ops)"
-    monkeypatch.setenv("LABKIT_FUSIONS", "0")
-    assert not any(getattr(engine_model.transformer_config(gpu, on_cuda=True), n) for n in names)
+    for value in ("0", None):  # asked off, or not asked: off (slower on an H100, measured)
+        if value is None:
+            monkeypatch.delenv("LABKIT_FUSIONS")
+        else:
+            monkeypatch.setenv("LABKIT_FUSIONS", value)
+        assert not any(getattr(engine_model.transformer_config(gpu, on_cuda=True), n) for n in names)
 
 
 def test_megatron_jit_fuser_is_torch_compile():
@@ -266,6 +271,9 @@ def test_engine_switches_and_cpu_env(monkeypatch):
         assert run_switch("LABKIT_INSTRUMENT") is on, value
     monkeypatch.delenv("LABKIT_INSTRUMENT")
     assert run_switch("LABKIT_INSTRUMENT") is True
+    assert run_switch("LABKIT_INSTRUMENT", default=False) is False  # unset: the default
+    monkeypatch.setenv("LABKIT_INSTRUMENT", "1")
+    assert run_switch("LABKIT_INSTRUMENT", default=False) is True
 
 
 def test_cpu_peak_memory_restarts_before_the_last_iteration():

@@ -2,7 +2,7 @@
 on CUDA with NCCL. Skipped where torch sees no CUDA device.
 
 The CPU side of each check is in tests/test_engine_gpu_path.py; these prove on a GPU what no
-CPU test can: bf16 and fp16 train with megatron-core's torch.compile fusions, both attention
+CPU test can: bf16 and fp16 train with megatron-core's torch.compile fusions (asked for), both attention
 kernels give the same loss, the planner's static memory matches ``torch.cuda.memory_allocated``
 once the CUDA workspace measured at start-up replaces its guess, the last iteration's peaks are
 reported, a capped run fails as ``gpu_oom``, a ``cpu`` run works beside the GPU, and (with two
@@ -41,7 +41,8 @@ def _two_gpus() -> None:
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_half_precision_trains(tmp_path, precision):
+def test_half_precision_trains(tmp_path, monkeypatch, precision):
+    monkeypatch.setenv("LABKIT_FUSIONS", "1")  # off by default; they must still train
     run_dir = train(tmp_path, precision, precision=precision, attention_backend="flash", **GPU)
     ls = losses(run_dir)
     assert sorted(ls) == list(range(1, 11))

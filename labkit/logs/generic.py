@@ -28,7 +28,8 @@ milliseconds (a bare number, or a clock like ``07:29:39``, says neither); ``toke
 ``grad_norm``, ``gnorm`` -> grad_norm; ``loss_scale`` -> loss_scale; memory (``memory``,
 ``mem``, ``peak_memory``, ...) with GB/GiB/MB/MiB -> a memory row in MiB (max_allocated_mb where
 the name says peak or max, else allocated_mb). Other names (``Rate``, ``GB used``, ``GFLOPS``,
-``epoch``) are no column. A line printed twice (two log handlers, every device) is one record
+``epoch``) are no column; a line naming a metric of an evaluation (``val loss``, ``eval_loss``,
+``valid ppl``) is no step record. A line printed twice (two log handlers, every device) is one record
 per step: parse.py merges records of one iteration.
 """
 
@@ -71,20 +72,25 @@ _AFTER = re.compile(r"\s{0,4}(?:\([a-zA-Z]{1,4}\)\s{0,2})?[:=]?\s{0,4}(" + _NUM 
 _BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
-_HELD_OUT = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test|dev)[ _/-]{0,2}$")
-_PREFILTER = re.compile(r"loss|lr\b|learning|tok|mfu|tflop|/step|time|elapsed|norm", re.IGNORECASE)
+# a metric of an evaluation: the line reports no training step
+_EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)[ _/-]{0,2}"
+                   r"(?:loss|ppl|perplexity)")
+
 
 
 def may_be_record(text: str | bytes) -> bool:
     """A cheap test before parse: does the line name any metric at all?"""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return _PREFILTER.search(text) is not None
+    t = text.lower()  # a few substring tests: this runs on every line of a log with no record
+    if isinstance(t, bytes):
+        return (b"loss" in t or b"lr" in t or b"learning" in t or b"tok" in t or b"mfu" in t
+                or b"tflop" in t or b"/step" in t or b"time" in t or b"elapsed" in t or b"norm" in t)
+    return ("loss" in t or "lr" in t or "learning" in t or "tok" in t or "mfu" in t
+            or "tflop" in t or "/step" in t or "time" in t or "elapsed" in t or "norm" in t)
 
 
 def parse(text: str) -> dict[str, Any] | None:
     """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None."""
-    if not may_be_record(text):
+    if not may_be_record(text) or _EVAL.search(text):
         return None
     m = _COUNTER.search(text)
     if m is not None:
@@ -110,8 +116,6 @@ def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
     for m in _NAME.finditer(text):
         name, per_device = m.group(1).lower(), m.group(2)
-        if _HELD_OUT.search(text, max(0, m.start() - 16), m.start()):  # "val loss": no training step
-            continue
         kind = _NAMES[name]
         a = _AFTER.match(text, m.end())
         if a is not None:

@@ -98,10 +98,14 @@ def test_a_dedicated_reader_wins_and_a_doubled_line_is_one_record():
         (1, 79.3501, 57126.0), (2, 72.8609, 17053.0)]
 
 
-def test_generic_records_beside_other_tools():
-    """A log with another tool's lines (a trigger word) is read a second time for step lines."""
-    nccl = "node-3:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"  # nccl_2.22_p2p_cumem
-    d = parse_lines([nccl, XLA]).to_dict()
+@pytest.mark.parametrize("other", [
+    "node-3:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",  # nccl_2.22_p2p_cumem
+    "------------------------ arguments ------------------------",  # bigscience_..._n16-ds-off: Megatron
+])
+def test_generic_records_beside_other_tools(other):
+    """A log with another tool's lines (a trigger word), Megatron's included, and no record of
+    theirs is read a second time for step lines."""
+    d = parse_lines([other, XLA]).to_dict()
     assert [(r["iteration"], r["lm_loss"]) for r in d["iterations"]] == [(280, 0.01022)]
 
 

@@ -337,10 +337,11 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
 
 
 def _wants_loop_lines(col: _Collector) -> bool:
-    """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger): in a
-    log with no Megatron line whose iterations, if any, came from such lines (read where they
-    sat beside a trigger), so no other loop's records mix with them (loops.add_lines)."""
-    return "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters
+    """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger, and
+    generic.py's): in a log with no record yet, or with no Megatron line whose iterations came
+    from such lines (read where they sat beside a trigger), so no other loop's records mix with
+    them (loops.add_lines)."""
+    return not col.n_iters or "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters
 
 
 def _found_nothing(col: _Collector) -> bool:

@@ -87,7 +87,9 @@ class Failure:
 # --- single-line rules ------------------------------------------------------------------------
 _GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
                       r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'")
-_TRIED = re.compile(r"[Tt]ried to allocate ([0-9.]{1,12} ?[KMGT]?i?B|\d{1,20} bytes)")
+_TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
+_SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
+               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}
 _LABKIT_OOM = re.compile(r"\[labkit\] out of memory on rank (\d{1,6})")
 _CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp|std::bad_alloc"
                       r"|^MemoryError\b|Cannot allocate memory")
@@ -132,6 +134,22 @@ _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FA
                  "NODE_FAIL": "node_failure"}
 
 
+def _oom_key(text: str) -> str:
+    """One out-of-memory event's key: the size it tried to allocate, written the way PyTorch's
+    allocator writes sizes (its ``format_size``: ``590.00 MiB``), so that the engine's line
+    (``tried to allocate 618659840 bytes``) and torch's own error after it are one event."""
+    t = _TRIED.search(text)
+    if t is None:
+        return "oom:"
+    n = float(t.group(1)) * _SIZE_UNITS[t.group(2)]
+    if n <= 2 ** 10:
+        return f"oom:{int(n)} bytes"
+    for scale, unit in ((2 ** 10, "KiB"), (2 ** 20, "MiB")):
+        if n <= scale * 2 ** 10:
+            return f"oom:{n / scale:.2f} {unit}"
+    return f"oom:{n / 2 ** 30:.2f} GiB"
+
+
 def _short(text: str, n: int = 300) -> str:
     text = text.strip()
     return text if len(text) <= n else text[: n - 3] + "..."
@@ -147,17 +165,13 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             cap = "memory_limit_gb" in text or "CUDA" not in text
             kind = "host_oom" if cap else "gpu_oom"
             msg = "CPU allocator cap exceeded: " + _short(text) if cap else _short(text)
-            t = _TRIED.search(text)  # same key as torch's own error line that follows: one event
             return Failure(kind, r, None, msg, HINTS["cpu_alloc" if cap else "gpu_oom"],
-                           key=f"oom:{t.group(1) if t else ''}")
+                           key=_oom_key(text))  # the key of torch's own error that follows: one event
         if _GPU_OOM.search(text):
-            t = _TRIED.search(text)
-            return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"],
-                           key=f"oom:{t.group(1) if t else ''}")
+            return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"], key=_oom_key(text))
         if _CPU_OOM.search(text):
-            t = _TRIED.search(text)
             return Failure("host_oom", rank, None, "CPU allocator out of memory: " + _short(text),
-                           HINTS["cpu_alloc"], key=f"oom:{t.group(1) if t else ''}")
+                           HINTS["cpu_alloc"], key=_oom_key(text))
         if _SLURM_OOM.search(text):
             return Failure("host_oom", rank, None, "Slurm/kernel OOM killer: " + _short(text),
                            HINTS["host_oom"], key="slurm-oom")

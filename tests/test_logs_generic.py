@@ -57,6 +57,8 @@ def test_step_records_of_any_loop(line, want):
     # trlx342: losses in a bar's description, the bar's own counter
     "[losses/total_loss: 1.64 | losses/policy_loss: 0.12 | losses/value_loss: 7.62]:  16%|█████      "
     "| 1024/6400 [1:14:23<1:13:02,  1.23it/s]",
+    # tinygrad's generation timing per token (tinygrad PR 8733): a rate, no step counter
+    "total 148.01 ms, 6.76 tok/s, 551.54 GB/s, param 491.02 GB/s",
     # nanoGPT's evaluation line, as its train.py prints it: an estimate, no training step
     "step 2000: train loss 1.7633, val loss 1.8840",
     "  lr .............................................. 0.00015",  # bigscience_..._n16-ds-off: arguments

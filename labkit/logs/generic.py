@@ -2,9 +2,10 @@
 
 The readers of loops.py, megatron.py and deepspeed.py each know one loop's lines. This one knows
 the shape they all share, for the loops none of them knows: a line that names a step counter
-and at least one metric of a known name is a step record. It is the fallback: parse.py asks it
-only in a log where no other reader found an iteration record (then every line of the log is
-offered to it), and keeps its records only if no other reader found one by the end.
+and at least one metric of a known name (a loss scale or a memory size alone is none) is a
+step record. It is the fallback: parse.py asks it only in a log where no other reader found an
+iteration record (then every line of the log is offered to it), and keeps its records only if
+no other reader found one by the end.
 
 The counter, by name and in any case (``step``, ``global step``, ``global_step``, ``iteration``,
 ``iter``, ``it``, ``batch``), then a separator (``:``, ``=``, ``#``, ``|``, ``,``, blanks, a
@@ -29,8 +30,8 @@ milliseconds (a bare number, or a clock like ``07:29:39``, says neither); ``toke
 ``mem``, ``peak_memory``, ...) with GB/GiB/MB/MiB -> a memory row in MiB (max_allocated_mb where
 the name says peak or max, else allocated_mb). Other names (``Rate``, ``GB used``, ``GFLOPS``,
 ``epoch``) are no column; a line naming a metric of an evaluation (``val loss``, ``eval_loss``,
-``valid ppl``) is no step record. A line printed twice (two log handlers, every device) is one record
-per step: parse.py merges records of one iteration.
+``valid ppl``) is no step record. A line printed twice (two log handlers, every device) is one
+record per step: parse.py merges records of one iteration.
 """
 
 from __future__ import annotations
@@ -77,7 +78,6 @@ _EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)
                    r"(?:loss|ppl|perplexity)")
 
 
-
 def may_be_record(text: str | bytes) -> bool:
     """A cheap test before parse: does the line name any metric at all?"""
     t = text.lower()  # a few substring tests: this runs on every line of a log with no record
@@ -108,7 +108,8 @@ def parse(text: str) -> dict[str, Any] | None:
         _metrics(text[m.end():], rec)
         if "lm_loss" not in rec:  # no name for the counter: a loss says it is a step record
             return None
-    return rec if len(rec) > 1 + ("train_iters" in rec) else None
+    # a loss scale or memory alone ("checkpoint at step 500, loss scale 65536") is no step record
+    return rec if set(rec) - {"iteration", "train_iters", "loss_scale", "_memory"} else None
 
 
 def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,11 @@ MAXTEXT = ("completed step: 9, seconds: 1.341, TFLOP/s/device: 257.929, Tokens/s
     (TUNE, {"iteration": 27, "lm_loss": 1.1958776712417603}),  # epoch|step|Loss
     (MAXTEXT, {"iteration": 9, "elapsed_ms": 1341.0, "tflops_per_gpu": 257.929,
                "tokens_per_gpu_per_sec": 36653.244, "lm_loss": 0.0}),
+    # llm.c's train_gpt2.py (karpathy/llm.c issue 77) and train_gpt2.c (pull request 156): formats
+    # none of the corpus logs prints ("took" is no name: a save or a load takes time too)
+    ("iteration 0, loss: 2.86417818069458, time: 2833.053ms",
+     {"iteration": 0, "lm_loss": 2.86417818069458, "elapsed_ms": 2833.053}),
+    ("step 0: train loss 4.845659 (took 2141 ms)", {"iteration": 0, "lm_loss": 4.845659}),
 ])
 def test_step_records_of_any_loop(line, want):
     got = generic.parse(clean_line(line).text)
@@ -50,6 +55,7 @@ def test_step_records_of_any_loop(line, want):
 
 @pytest.mark.parametrize("line", [
     "INFO:tensorflow:Recording summary at step 0.",  # tfmodels2980: a counter, no metric
+    "val loss 6.971008",  # llm.c pull request 156: an evaluation, no counter
     "INFO:tensorflow:global_step/sec: 0.0339311",  # tfmodels2980: a rate, no counter
     # nanotron115: a start-up summary (train_steps, start_iteration_step are no counters)
     "[Start training] datetime: 2024-03-22 19:46:52.930585 | mbs: 1 | grad_accum: 8 | global_batch_size: "

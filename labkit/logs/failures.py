@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from labkit.logs.lines import Line
+from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SLURM_OOM, oom_key
 
 KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
          "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
@@ -85,17 +86,6 @@ class Failure:
 
 
 # --- single-line rules ------------------------------------------------------------------------
-_GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
-                      r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'")
-_TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
-_SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
-               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}
-_LABKIT_OOM = re.compile(r"\[labkit\] out of memory on rank (\d{1,6})")
-_CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp|std::bad_alloc"
-                      r"|^MemoryError\b|Cannot allocate memory")
-_SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
-                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
-                        r"|Out of memory: Kill(?:ed)? process")
 _WATCHDOG = "Watchdog caught collective operation timeout"
 _SEQ = re.compile(r"SeqNum=(\d{1,12})")
 _OPTYPE = re.compile(r"OpType=(\w{1,40})")
@@ -134,22 +124,6 @@ _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FA
                  "NODE_FAIL": "node_failure"}
 
 
-def _oom_key(text: str) -> str:
-    """One out-of-memory event's key: the size it tried to allocate, written the way PyTorch's
-    allocator writes sizes (its ``format_size``: ``590.00 MiB``), so that the engine's line
-    (``tried to allocate 618659840 bytes``) and torch's own error after it are one event."""
-    t = _TRIED.search(text)
-    if t is None:
-        return "oom:"
-    n = float(t.group(1)) * _SIZE_UNITS[t.group(2)]
-    if n <= 2 ** 10:
-        return f"oom:{int(n)} bytes"
-    for scale, unit in ((2 ** 10, "KiB"), (2 ** 20, "MiB")):
-        if n <= scale * 2 ** 10:
-            return f"oom:{n / scale:.2f} {unit}"
-    return f"oom:{n / 2 ** 30:.2f} GiB"
-
-
 def _short(text: str, n: int = 300) -> str:
     text = text.strip()
     return text if len(text) <= n else text[: n - 3] + "..."
@@ -159,20 +133,20 @@ def match_line(text: str, rank: int | None) -> Failure | None:
     """One line -> a Failure (line number filled in by the caller), or None."""
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
-        m = _LABKIT_OOM.search(text)
+        m = LABKIT_OOM.search(text)
         if m:
             r = int(m.group(1))
             cap = "memory_limit_gb" in text or "CUDA" not in text
             kind = "host_oom" if cap else "gpu_oom"
             msg = "CPU allocator cap exceeded: " + _short(text) if cap else _short(text)
             return Failure(kind, r, None, msg, HINTS["cpu_alloc" if cap else "gpu_oom"],
-                           key=_oom_key(text))  # the key of torch's own error that follows: one event
-        if _GPU_OOM.search(text):
-            return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"], key=_oom_key(text))
-        if _CPU_OOM.search(text):
+                           key=oom_key(text))  # the key of torch's own error that follows: one event
+        if GPU_OOM.search(text):
+            return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"], key=oom_key(text))
+        if CPU_OOM.search(text):
             return Failure("host_oom", rank, None, "CPU allocator out of memory: " + _short(text),
-                           HINTS["cpu_alloc"], key=_oom_key(text))
-        if _SLURM_OOM.search(text):
+                           HINTS["cpu_alloc"], key=oom_key(text))
+        if SLURM_OOM.search(text):
             return Failure("host_oom", rank, None, "Slurm/kernel OOM killer: " + _short(text),
                            HINTS["host_oom"], key="slurm-oom")
     if _WATCHDOG in text:

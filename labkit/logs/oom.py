@@ -1,0 +1,35 @@
+"""How each tool says it ran out of memory: PyTorch's CUDA and CPU allocators, the engine's own
+line, Slurm's cgroup and the kernel's OOM killer (failures.py turns a match into a failure), and
+the size one event tried to allocate, its key."""
+
+from __future__ import annotations
+
+import re
+
+GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
+                     r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'")
+TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
+SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
+              "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}
+LABKIT_OOM = re.compile(r"\[labkit\] out of memory on rank (\d{1,6})")
+CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp|std::bad_alloc"
+                     r"|^MemoryError\b|Cannot allocate memory")
+SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
+                       r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
+                       r"|Out of memory: Kill(?:ed)? process")
+
+
+def oom_key(text: str) -> str:
+    """One out-of-memory event's key: the size it tried to allocate, written the way PyTorch's
+    allocator writes sizes (its ``format_size``: ``590.00 MiB``), so that the engine's line
+    (``tried to allocate 618659840 bytes``) and torch's own error after it are one event."""
+    t = TRIED.search(text)
+    if t is None:
+        return "oom:"
+    n = float(t.group(1)) * SIZE_UNITS[t.group(2)]
+    if n <= 2 ** 10:
+        return f"oom:{int(n)} bytes"
+    for scale, unit in ((2 ** 10, "KiB"), (2 ** 20, "MiB")):
+        if n <= scale * 2 ** 10:
+            return f"oom:{n / scale:.2f} {unit}"
+    return f"oom:{n / 2 ** 30:.2f} GiB"

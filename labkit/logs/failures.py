@@ -95,6 +95,7 @@ _GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20})
 _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|Xid \(PCI:[^)]{1,40}\): (\d{1,4})|CUDA driver error|uncorrectable ECC error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"
+                       r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)")
 _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
                     r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
@@ -131,6 +132,9 @@ def _short(text: str, n: int = 300) -> str:
 
 def match_line(text: str, rank: int | None) -> Failure | None:
     """One line -> a Failure (line number filled in by the caller), or None."""
+    if rank is None and "Rank " in text:  # no prefix named it: the message may ([E ...] [Rank 0] ...)
+        rm = _RANK_IN.search(text)
+        rank = int(rm.group(1)) if rm else None
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)
@@ -166,7 +170,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             return Failure("nccl_timeout", rank, None,
                            f"gloo collective timed out after {int(m.group(1)) / 1000:g} s waiting for "
                            f"{m.group(2)}: {_short(text)}", HINTS["nccl_timeout"], key=f"gloo:{rank}")
-    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text:
+    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text
@@ -174,7 +178,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
                 return Failure("cuda_error", rank, None, "a process crashed inside the CUDA driver "
                                "(libcuda in its backtrace): " + _short(text), HINTS["cuda_error"],
                                key="cuda:libcuda-crash")
-            what = m.group("msg") or m.group("fail") or ""
+            what = m.group("msg") or m.group("fail") or m.group("nccl") or ""
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
                            key=f"cuda:{'ecc' if ecc else what[:40]}")
     if "***" in text and "CANCELLED" in text:
@@ -231,6 +235,7 @@ class FailureScanner:
         self._child_left = 0
         self._victims = False  # inside the table's "Failures:" part (ranks stopped by the root cause)
         self._prev: Line | None = None
+        self._preempt = False  # a preemption notice seen (submitit: "... this job is preempted.")
 
     @property
     def busy(self) -> bool:
@@ -263,9 +268,12 @@ class FailureScanner:
                     if f is not None:
                         f.line = prev.lineno
                         break
+        self._preempt = self._preempt or "preempted" in text
         if f is not None:
             if f.line is None:
                 f.line = line.lineno
+            if f.kind == "cancelled" and self._preempt and f.message.endswith("due to JOB REQUEUE"):
+                f.kind, f.hint = "preempted", HINTS["preempted"]  # requeued because it was preempted
             f = self.add(f)
         self._prev = line
         if "exitcode" in text or "exits with return code" in text:

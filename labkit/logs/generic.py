@@ -20,18 +20,26 @@ or ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``, ``0.0000000000
     | Training Device=xla:0/3 Epoch=1 Step=280 Loss=0.01022 Rate=1760.91 GlobalRate=257.10 Time=07:29:39
 
 Names -> columns (the corpus rules, tests/fixtures/logs/real/README.md): ``loss``, ``lm loss``,
-``train_loss``, ``reduced_train_loss`` -> lm_loss; ``lr``, ``learning_rate`` -> lr; a step time
-(``sec/step``, ``s/step``, ``ms/step``, ``step_time``, ``iter time``, ``time/step``,
-``elapsed``, ``seconds``, ``run``, ``time``) -> elapsed_ms, only where a unit says seconds or
-milliseconds (a bare number, or a clock like ``07:29:39``, says neither); ``tokens_per_second``,
+``train_loss``, ``total_loss``, ``reduced_train_loss`` -> lm_loss (``train/`` before a name is the
+same name); ``lr``, ``learning_rate`` -> lr (a scale after the name, ``lr(1e-3): 6.8e-05``,
+multiplies); a step time (``sec/step``, ``s/step``, ``ms/step``, ``step_time``, ``iter time``,
+``time/step``, ``elapsed``, ``seconds``, ``run``, ``time``) -> elapsed_ms, only where a unit says
+seconds or milliseconds (a bare number, or a clock like ``07:29:39``, says neither; beside a
+``data_time``, as detectron2's and OpenMMLab's loggers print them, it is seconds), or a field of
+its own that is a time with its unit (``| 8060.78ms |``, llama2.c); ``tokens_per_second``,
 ``tok/s``, ``tokens/s`` -> tokens_per_sec, per device or GPU -> tokens_per_gpu_per_sec (``K``,
 ``M`` multiply); ``mfu`` -> mfu as printed; ``TFLOP/s``, ``tflops`` -> tflops_per_gpu;
 ``grad_norm``, ``gnorm`` -> grad_norm; ``loss_scale`` -> loss_scale; memory (``memory``,
 ``mem``, ``peak_memory``, ...) with GB/GiB/MB/MiB -> a memory row in MiB (max_allocated_mb where
-the name says peak or max, else allocated_mb). Other names (``Rate``, ``GB used``, ``GFLOPS``,
-``epoch``) are no column; a line naming a metric of an evaluation (``val loss``, ``eval_loss``,
-``valid ppl``) is no step record. A line printed twice (two log handlers, every device) is one
-record per step: parse.py merges records of one iteration.
+the name says peak or max, else allocated_mb; detectron2's ``max_mem: 2996M`` and OpenMMLab's
+whole ``memory: 15266`` beside a ``data_time`` are MiB, Composer's ``memory/peak_allocated_mem``
+GB). Other names (``Rate``, ``GB used``, ``GFLOPS``, ``epoch``) are no column. A metric of an
+evaluation (``val loss``, ``eval_loss``, ``valid ppl``, ``test loss``) is never read; a line of
+them is a step record only where it also prints a metric only a training step has (lr, step time,
+throughput, MFU, grad norm: modula's ``step: 10  train loss: 3.11  test loss: 3.05
+tokens/gpu/sec: 9378.40  MFU: 63.91%``), not where it prints losses alone (llama2.c's ``step 500:
+train loss 5.7373, val loss 5.9544``). A line printed twice (two log handlers, every device) is
+one record per step: parse.py merges records of one iteration.
 """
 
 from __future__ import annotations
@@ -43,14 +51,16 @@ from labkit.logs.lines import split_glued
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
-_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)"
+_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
-_LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})(?:\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))")
+_LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
+                      r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))")
 _NAMES = {
     "loss": "lm_loss", "lm loss": "lm_loss", "lm_loss": "lm_loss", "train_loss": "lm_loss",
     "train loss": "lm_loss", "training loss": "lm_loss", "training_loss": "lm_loss",
+    "total_loss": "lm_loss", "loss/train/total": "lm_loss",
     "reduced_train_loss": "lm_loss", "train/loss": "lm_loss", "loss/train": "lm_loss",
     "lr": "lr", "learning_rate": "lr", "learning rate": "lr", "learning-rate": "lr",
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "s/iter": "s", "ms/iter": "ms", "step_time": "time",
@@ -58,24 +68,38 @@ _NAMES = {
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time",
     "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
     "tok/s": "tok", "tok/sec": "tok", "tokens-per-second": "tok",
+    "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok",
     "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
     "grad_norm": "grad_norm", "grad norm": "grad_norm", "gnorm": "grad_norm", "grad-norm": "grad_norm",
     "gradient_norm": "grad_norm", "loss_scale": "loss_scale", "loss scale": "loss_scale",
     "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
-    "peak memory": "mem", "max memory": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
+    "peak memory": "mem", "max memory": "mem", "max_mem": "mem", "memory_allocated": "mem",
+    "max_memory_allocated": "mem", "memory/peak_allocated_mem": "mem",
 }
 _PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
-_NAME = re.compile(r"(?<![\w/])(" + "|".join(sorted((re.escape(n) for n in _NAMES), key=len, reverse=True))
+_NAME = re.compile(r"(?<![\w/])(?:train/)?("  # verl's train/lr as lr
+                   + "|".join(sorted((re.escape(n) for n in _NAMES), key=len, reverse=True))
                    + r")((?:/|_per_)(?:device|gpu|chip|accelerator))?(?![\w/])", re.IGNORECASE)
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
-_AFTER = re.compile(r"\s{0,4}(?:\([a-zA-Z]{1,4}\)\s{0,2})?[:=]?\s{0,4}(" + _NUM + r")\s{0,2}" + _UNIT
-                    + r"(?![\w/])")
+# a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
+_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2}))\)\s{0,2})?[:=]?\s{0,4}("
+                    + _NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
 _BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
 _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
 # a metric of an evaluation: the line reports no training step
 _EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)[ _/-]{0,2}"
                    r"(?:loss|ppl|perplexity)")
+
+
+# the columns only a training step fills: a line of evaluation metrics with one of them is a step's
+_STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
+                        "tflops_per_gpu", "grad_norm"})
+# a time with its unit and no name, a field of its own (llama2.c: ``490 | loss 5.75 | lr 4.9e-05 |
+# 8060.78ms | mfu 0.21%``)
+_TIME_FIELD = re.compile(r"(?:^|\|)\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:\||$)")
+# units a tool prints no unit for: Composer's memory monitor reports GB
+_BARE_UNIT = {"memory/peak_allocated_mem": "GB"}
 
 
 def may_be_record(text: str | bytes) -> bool:
@@ -90,8 +114,11 @@ def may_be_record(text: str | bytes) -> bool:
 
 def parse(text: str) -> dict[str, Any] | None:
     """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None."""
-    if not may_be_record(text) or _EVAL.search(text):
+    if not may_be_record(text):
         return None
+    evaluation = _EVAL.search(text) is not None
+    if evaluation:  # its metrics are no training step's: masked; the line's own step metrics stay
+        text = _EVAL.sub(lambda e: "~" * len(e.group()), text)
     m = _COUNTER.search(text)
     if m is not None:
         rec: dict[str, Any] = {"iteration": int(m.group(1))}
@@ -105,9 +132,16 @@ def parse(text: str) -> dict[str, Any] | None:
         if m is None:
             return None
         rec = {"iteration": int(m.group(1))}
-        _metrics(text[m.end():], rec)
+        rest = text[m.end():]
+        _metrics(rest, rec)
         if "lm_loss" not in rec:  # no name for the counter: a loss says it is a step record
             return None
+    if "elapsed_ms" not in rec:  # a field of its own that is a time and nothing else: the step's
+        t = _TIME_FIELD.search(rest)
+        if t is not None:
+            rec["elapsed_ms"] = float(t.group(1)) * (1.0 if t.group(2) == "ms" else 1000.0)
+    if evaluation and not set(rec) & _STEP_ONLY:  # losses only: an evaluation's line
+        return None
     # a loss scale or memory alone ("checkpoint at step 500, loss scale 65536") is no step record
     return rec if set(rec) - {"iteration", "train_iters", "loss_scale", "_memory"} else None
 
@@ -115,21 +149,28 @@ def parse(text: str) -> dict[str, Any] | None:
 def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
+    mmlab = "data_time" in text  # OpenMMLab's and detectron2's loggers: time in s, memory in MiB
     for m in _NAME.finditer(text):
         name, per_device = m.group(1).lower(), m.group(2)
         kind = _NAMES[name]
         a = _AFTER.match(text, m.end())
         if a is not None:
-            value, unit, used = a.group(1), a.group(2), a.end()
+            value, unit, used = a.group(2), a.group(3), a.end()
         else:
             b = _BEFORE.search(text, used, m.start())
             if b is None:
                 continue
             value, unit, used = b.group(1), b.group(2), m.end()
         try:
-            v = float(value.replace(",", ""))
+            v = float(value.replace(",", "")) * (float(a.group(1)) if a and a.group(1) else 1.0)
         except ValueError:
             continue
+        if unit is None and mmlab:
+            unit = "s" if kind == "time" else "MiB" if kind == "mem" and value.isdigit() else None
+        if unit is None:
+            unit = _BARE_UNIT.get(name)
+        elif kind == "mem" and unit == "M":  # detectron2's ``max_mem: 2996M``: MiB
+            unit = "MiB"
         _put(rec, kind, name, v, unit, bool(per_device) or _PER_DEVICE.search(name) is not None)
     return rec
 

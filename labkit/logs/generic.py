@@ -40,6 +40,12 @@ throughput, MFU, grad norm: modula's ``step: 10  train loss: 3.11  test loss: 3.
 tokens/gpu/sec: 9378.40  MFU: 63.91%``), not where it prints losses alone (llama2.c's ``step 500:
 train loss 5.7373, val loss 5.9544``). A line printed twice (two log handlers, every device) is
 one record per step: parse.py merges records of one iteration.
+
+A record over several lines is joined first (:class:`Records` holds it open): a step counter alone
+on its line, then indented ``name: value`` lines (Composer's console logger: ``[batch=366/48000]:``,
+``         Train loss/train/total: 10.3750``); a line ending in a ``name=value,`` pair, continued
+by lines of such pairs (a hard wrap: fairseq's ``... loss=15.812,`` / ``nll_loss=15.812, ...,`` /
+``num_updates=41, lr=5.22398e-06, ...``; fairseq's ``num_updates=N`` is its step, wherever it sits).
 """
 
 from __future__ import annotations
@@ -102,6 +108,16 @@ _TIME_FIELD = re.compile(r"(?:^|\|)\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:
 _BARE_UNIT = {"memory/peak_allocated_mem": "GB"}
 
 
+# a record over several lines: a header that is a step counter alone (Composer's
+# ``[batch=366/48000]:``), then indented ``name: value`` lines; or a line hard-wrapped after a
+# ``name=value,`` pair, continued by lines of ``name=value,`` pairs (fairseq's records)
+_HEAD = re.compile(r"\s{0,8}\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}\d{1,12}(?:/\d{1,12})?\]?:?")
+_INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
+_WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
+# fairseq's update counter, wherever it sits in its record (its records print the loss first)
+_UPDATES = re.compile(r"(?<![\w/.-])num_updates=(\d{1,12})(?![\d.])")
+
+
 def may_be_record(text: str | bytes) -> bool:
     """A cheap test before parse: does the line name any metric at all?"""
     t = text.lower()  # a few substring tests: this runs on every line of a log with no record
@@ -117,11 +133,16 @@ def parse(text: str) -> dict[str, Any] | None:
     if not may_be_record(text):
         return None
     evaluation = _EVAL.search(text) is not None
+    rec: dict[str, Any]
     if evaluation:  # its metrics are no training step's: masked; the line's own step metrics stay
         text = _EVAL.sub(lambda e: "~" * len(e.group()), text)
-    m = _COUNTER.search(text)
-    if m is not None:
-        rec: dict[str, Any] = {"iteration": int(m.group(1))}
+    u = _UPDATES.search(text) if "num_updates=" in text else None
+    m = _COUNTER.search(text) if u is None else None
+    if u is not None:
+        rec = _metrics(text[:u.start()] + text[u.end():], {"iteration": int(u.group(1))})
+        rest = ""
+    elif m is not None:
+        rec = {"iteration": int(m.group(1))}
         if m.group(2):
             rec["train_iters"] = int(m.group(2))
         rest = text[m.end():]
@@ -193,23 +214,58 @@ def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, 
         rec.setdefault(kind, v)
 
 
+class Records(list):
+    """The records gathered (parse.py's ``col.generic``), and the record still open over lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: str | None = None  # the open record's text so far
+        self.wrap = False  # held: a hard-wrapped line (True), or a header with indented lines
+        self.rank: int | None = None
+        self.last = 0  # the line number it reached
+
+    def close(self) -> None:
+        text, self.held = self.held, None
+        rec = parse(text) if text is not None else None
+        if rec is not None:
+            rec["_rank"] = self.rank
+            self.append(rec)
+
+
 def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
-    rec = parse(line.text)
+    recs, text = col.generic, line.text
+    if recs.held is not None:
+        if line.lineno <= recs.last + 1 and (_WRAPPED.match(text) if recs.wrap else _INDENTED.match(text)):
+            recs.held += (" " if recs.wrap else ", ") + text.strip()
+            recs.last = line.lineno
+            if recs.wrap and not text.rstrip().endswith(","):  # the wrapped record's last line
+                recs.close()
+            return
+        recs.close()
+    wrapped = text.rstrip().endswith(",") and _WRAPPED.search(text) is not None
+    if wrapped or text.endswith((":", "]")) and _HEAD.fullmatch(text):  # a record over several lines
+        recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
+        return
+    rec = parse(text)
     if rec is not None:
         rec["_rank"] = line.rank
-        col.generic.append(rec)
+        recs.append(rec)
 
 
 def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
-    """The same for a raw line (loops.add_lines), cleaned only where it names a metric."""
-    if may_be_record(raw):
+    """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
+    part of a record over several lines)."""
+    end = raw.rstrip()[-1:]
+    if may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", ":", "]"):
         for line in split_glued(clean(raw, lineno)):
             offer(col, line)
 
 
 def finish(col: Any) -> None:
     """Keep the records gathered here only where no other reader found an iteration."""
+    if col.generic is not None:
+        col.generic.close()
     recs, col.generic = col.generic or [], None
     if col.n_iters:
         return

@@ -340,7 +340,7 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
     offered to generic.py (kept only if no reader finds a record)."""
     seen = 0
     if not col.n_iters and col.generic is None:  # no record yet: any loop's step lines (generic.py)
-        col.generic = []
+        col.generic = generic.Records()
     for lineno, raw in enumerate(lines, 1):
         seen += len(raw)
         if seen > limit:

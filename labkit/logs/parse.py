@@ -123,7 +123,7 @@ class _Collector:
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
-        self.generic: list[dict[str, Any]] | None = [] if every else None  # generic.py's records
+        self.generic: generic.Records | None = generic.Records() if every else None  # generic.py
 
     @property
     def busy(self) -> bool:

@@ -132,9 +132,8 @@ def _short(text: str, n: int = 300) -> str:
 
 def match_line(text: str, rank: int | None) -> Failure | None:
     """One line -> a Failure (line number filled in by the caller), or None."""
-    if rank is None and "Rank " in text:  # no prefix named it: the message may ([E ...] [Rank 0] ...)
-        rm = _RANK_IN.search(text)
-        rank = int(rm.group(1)) if rm else None
+    rm = _RANK_IN.search(text) if "Rank " in text else None  # the message names it: [E ...] [Rank 0]
+    rank = int(rm.group(1)) if rm else rank
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)

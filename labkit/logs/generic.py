@@ -111,7 +111,8 @@ _BARE_UNIT = {"memory/peak_allocated_mem": "GB"}
 # a record over several lines: a header that is a step counter alone (Composer's
 # ``[batch=366/48000]:``), then indented ``name: value`` lines; or a line hard-wrapped after a
 # ``name=value,`` pair, continued by lines of ``name=value,`` pairs (fairseq's records)
-_HEAD = re.compile(r"\s{0,8}\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}\d{1,12}(?:/\d{1,12})?\]?:?")
+_HEAD = re.compile(r"\s{0,8}\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}\d{1,12}(?:/\d{1,12})?"
+                   r"\]?:?\s{0,8}")
 _INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
 # fairseq's update counter, wherever it sits in its record (its records print the loss first)
@@ -243,8 +244,9 @@ def offer(col: Any, line: Any) -> None:
                 recs.close()
             return
         recs.close()
-    wrapped = text.rstrip().endswith(",") and _WRAPPED.search(text) is not None
-    if wrapped or text.endswith((":", "]")) and _HEAD.fullmatch(text):  # a record over several lines
+    end = text.rstrip()[-1:]
+    wrapped = end == "," and _WRAPPED.search(text) is not None
+    if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
         return
     rec = parse(text)

@@ -101,9 +101,9 @@ _EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
 _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
                         "tflops_per_gpu", "grad_norm"})
-# a time with its unit and no name, a field of its own (llama2.c: ``490 | loss 5.75 | lr 4.9e-05 |
-# 8060.78ms | mfu 0.21%``)
-_TIME_FIELD = re.compile(r"(?:^|\|)\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:\||$)")
+# a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
+# loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
+_TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
 # units a tool prints no unit for: Composer's memory monitor reports GB
 _BARE_UNIT = {"memory/peak_allocated_mem": "GB"}
 

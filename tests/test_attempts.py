@@ -52,7 +52,8 @@ def test_labkit_parse_names_the_node_failure_and_the_requeue(capsys):
     log = str(FIX / "minicluster_node_failure_requeued.txt")
     assert cli(["parse", log]) == 0
     out = capsys.readouterr().out
-    assert "FAILURE node_failure (line 33): srun: error: Node failure on node2" in out
+    assert ("FAILURE node_failure (line 33): Slurm: node node2 failed under the job: srun: error: "
+            "Node failure on node2") in out
     assert ("attempts (Slurm ran this job more than once):\nattempt 1 of job 59572551 on "
             "node[1-2], 2026-11-26 17:56:36-17:57:06: node failure, last iteration 10\nattempt 2 "
             "of job 59572551 on node[1-2], 2026-11-26 17:57:20-17:58:12 from iteration 5: "

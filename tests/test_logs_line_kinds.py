@@ -125,3 +125,13 @@ def test_a_requeue_after_a_preemption_notice_is_a_preemption():
     assert [f["kind"] for f in fs] == ["preempted"]  # JOB and STEP lines: one event
     # the line alone: Slurm requeues by hand (scontrol requeue) too
     assert [f["kind"] for f in parse_lines(REQUEUE).to_dict()["failures"]] == ["cancelled"]
+
+
+def test_nccl_numbered_cuda_out_of_memory_is_a_gpu_oom():
+    # openxla/xla pull request 7201 (its example error): NCCL's last warning, numbered (2:
+    # cudaErrorMemoryAllocation)
+    line = ("NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error (run "
+            "with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) "
+            "'Cuda failure 2 'out of memory''.; current tracing scope: all-reduce-start.285; current "
+            "profiling annotation: XlaModule:#hlo_module=pjit__wrapped_step_fn,program_id=25#.")
+    assert [f["kind"] for f in parse_lines([line]).to_dict()["failures"]] == ["gpu_oom"]

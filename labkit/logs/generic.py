@@ -57,7 +57,8 @@ from labkit.logs.lines import split_glued
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
-_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)(?i:\(train\))?"
+_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)"
+                      r"(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
@@ -109,10 +110,11 @@ _BARE_UNIT = {"memory/peak_allocated_mem": "GB"}
 
 
 # a record over several lines: a header that is a step counter alone (Composer's
-# ``[batch=366/48000]:``), then indented ``name: value`` lines; or a line hard-wrapped after a
-# ``name=value,`` pair, continued by lines of ``name=value,`` pairs (fairseq's records)
-_HEAD = re.compile(r"\s{0,8}\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}\d{1,12}(?:/\d{1,12})?"
-                   r"\]?:?\s{0,8}")
+# ``[batch=366/48000]:``, ``[epoch=1][batch=16/625]:`` where its run counts epochs), then
+# indented ``name: value`` lines; or a line hard-wrapped after a ``name=value,`` pair, continued
+# by lines of ``name=value,`` pairs (fairseq's records)
+_HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}"
+                   r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
 _INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
 # fairseq's update counter, wherever it sits in its record (its records print the loss first)

@@ -239,7 +239,8 @@ def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
     recs, text = col.generic, line.text
     if recs.held is not None:
-        if line.lineno <= recs.last + 1 and (_WRAPPED.match(text) if recs.wrap else _INDENTED.match(text)):
+        more = _WRAPPED.match(text) and not _COUNTER.search(text) if recs.wrap else _INDENTED.match(text)
+        if line.lineno <= recs.last + 1 and more:  # (a line with a counter of its own is a new record)
             recs.held += (" " if recs.wrap else ", ") + text.strip()
             recs.last = line.lineno
             if recs.wrap and not text.rstrip().endswith(","):  # the wrapped record's last line

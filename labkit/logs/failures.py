@@ -272,7 +272,7 @@ class FailureScanner:
             if f.line is None:
                 f.line = line.lineno
             if f.kind == "cancelled" and self._preempt and f.message.endswith("due to JOB REQUEUE"):
-                f.kind, f.hint = "preempted", HINTS["preempted"]  # requeued because it was preempted
+                f.kind, f.hint, f.message = "preempted", HINTS["preempted"], f.message + " (preempted)"
             f = self.add(f)
         self._prev = line
         if "exitcode" in text or "exits with return code" in text:

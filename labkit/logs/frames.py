@@ -26,12 +26,22 @@ _FLAG = re.compile(r"(?:--|\bmodel\.)(tensor[-_]model|pipeline[-_]model|context|
 _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
 _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
+# the world size stated in words: ``world_size=24``, ``world size: 24``, ``"world_size": 8``,
+# ``"WORLD_SIZE_IN_USE": 8``, DeepSpeed's config dump ``world_size ........ 32``, its MPI discovery
+# ``Discovered MPI settings of world_rank=6, local_rank=6, world_size=32``
+_WORLD = re.compile(r"(?i)(?<![\w-])world[_ ]size(?:_in_use)?[\"']?\s{0,2}(?:[:=]|\s\.{3,80})\s{0,2}"
+                    r"[\"']?(\d{1,7})(?![\d.])")
+# torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (a name
+# not in it is a dimension of size 1)
+_MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d, ]{1,100})\]")
+_MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
-    value of each), and the world size of PyTorch Lightning's ``MEMBER: 1/16``."""
+    value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16`` or stated in words, and
+    the sizes of a device mesh."""
     out: dict[str, int] = {}
     seen = 0
     for raw in lines:
@@ -46,6 +56,29 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             m = _MEMBER.search(text)
             if m:
                 out.setdefault("world_size", int(m.group(1)))
+        if "orld" in text or "ORLD" in text:
+            m = _WORLD.search(text)
+            if m:
+                out.setdefault("world_size", int(m.group(1)))
+        if "device mesh" in text:
+            for key, v in _mesh(text).items():
+                out.setdefault(key, v)
+    return out
+
+
+def _mesh(text: str) -> dict[str, int]:
+    """A device mesh's sizes by dimension (empty where a name is not a known dimension)."""
+    m = _MESH.search(text)
+    if m is None:
+        return {}
+    names = [n.strip(" '") for n in m.group(1).split(",")]
+    sizes = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+    if len(names) != len(sizes) or not all(n in _MESH_KEYS for n in names):
+        return {}
+    out = {"dp": 1, "tp": 1, "pp": 1, "cp": 1}
+    for n, size in zip(names, sizes, strict=True):
+        out[_MESH_KEYS[n]] *= size
+    out["world_size"] = out["dp"] * out["tp"] * out["pp"] * out["cp"]
     return out
 
 

@@ -20,16 +20,17 @@ or ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``, ``0.0000000000
     | Training Device=xla:0/3 Epoch=1 Step=280 Loss=0.01022 Rate=1760.91 GlobalRate=257.10 Time=07:29:39
 
 Names -> columns (the corpus rules, tests/fixtures/logs/real/README.md): ``loss``, ``lm loss``,
-``train_loss``, ``total_loss``, ``reduced_train_loss`` -> lm_loss (``train/`` before a name is the
-same name); ``lr``, ``learning_rate`` -> lr (a scale after the name, ``lr(1e-3): 6.8e-05``,
-multiplies); a step time (``sec/step``, ``s/step``, ``ms/step``, ``step_time``, ``iter time``,
+``train_loss``, ``total_loss``, ``reduced_train_loss``, ``step_loss``, ``batch_loss`` -> lm_loss
+(``train/`` before a name is the same name); ``lr``, ``learning_rate`` -> lr (a scale after the
+name, ``lr(1e-3): 6.8e-05``, multiplies); a step time (``sec/step``, ``s/step``, ``ms/step``,
+``step_time``, ``iter time``,
 ``time/step``, ``elapsed``, ``seconds``, ``run``, ``time``) -> elapsed_ms, only where a unit says
 seconds or milliseconds (a bare number, or a clock like ``07:29:39``, says neither; beside a
 ``data_time``, as detectron2's and OpenMMLab's loggers print them, it is seconds), or a field of
 its own that is a time with its unit (``| 8060.78ms |``, llama2.c); ``tokens_per_second``,
-``tok/s``, ``tokens/s`` -> tokens_per_sec, per device or GPU -> tokens_per_gpu_per_sec (``K``,
+``tok/s``, ``tokens/s``, ``tps`` -> tokens_per_sec, per device or GPU -> tokens_per_gpu_per_sec (``K``,
 ``M`` multiply); ``mfu`` -> mfu as printed; ``TFLOP/s``, ``tflops`` -> tflops_per_gpu;
-``grad_norm``, ``gnorm`` -> grad_norm; ``loss_scale`` -> loss_scale; memory (``memory``,
+``grad_norm``, ``gnorm``, ``norm`` -> grad_norm; ``loss_scale`` -> loss_scale; memory (``memory``,
 ``mem``, ``peak_memory``, ...) with GB/GiB/MB/MiB -> a memory row in MiB (max_allocated_mb where
 the name says peak or max, else allocated_mb; detectron2's ``max_mem: 2996M`` and OpenMMLab's
 whole ``memory: 15266`` beside a ``data_time`` are MiB, Composer's ``memory/peak_allocated_mem``
@@ -69,15 +70,17 @@ _NAMES = {
     "train loss": "lm_loss", "training loss": "lm_loss", "training_loss": "lm_loss",
     "total_loss": "lm_loss", "loss/train/total": "lm_loss",
     "reduced_train_loss": "lm_loss", "train/loss": "lm_loss", "loss/train": "lm_loss",
+    "step_loss": "lm_loss", "batch_loss": "lm_loss", "iter_loss": "lm_loss", "step loss": "lm_loss",
     "lr": "lr", "learning_rate": "lr", "learning rate": "lr", "learning-rate": "lr",
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "s/iter": "s", "ms/iter": "ms", "step_time": "time",
     "step time": "time", "iter time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time",
     "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
     "tok/s": "tok", "tok/sec": "tok", "tokens-per-second": "tok",
-    "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok",
+    "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok", "tps": "tok",
     "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
-    "grad_norm": "grad_norm", "grad norm": "grad_norm", "gnorm": "grad_norm", "grad-norm": "grad_norm",
+    "grad_norm": "grad_norm", "grad norm": "grad_norm", "norm": "grad_norm", "gnorm": "grad_norm",
+    "grad-norm": "grad_norm",
     "gradient_norm": "grad_norm", "loss_scale": "loss_scale", "loss scale": "loss_scale",
     "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
     "peak memory": "mem", "max memory": "mem", "max_mem": "mem", "memory_allocated": "mem",

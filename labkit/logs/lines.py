@@ -14,7 +14,7 @@ process printed, plus the rank the wrapper told us about:
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     loggers               time stamps, ``[INFO]``, ``ERROR:root:``, `` - root - INFO - ``, glog,
                           nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``,
-                          OLMo's ``[olmo.train:816, rank=0]``
+                          OLMo's ``[olmo.train:816, rank=0]``, ezpz's ``[I][ezpz/dist:772:setup]``
 
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. A Megatron time
 stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
@@ -62,6 +62,7 @@ _PREFIX = re.compile(
     r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
     r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
+    r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r")"
 )

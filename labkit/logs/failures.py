@@ -15,56 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
 from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SLURM_OOM, oom_key
 
 KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
          "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
          "bad_checkpoint")
-
-HINTS = {
-    "gpu_oom": "GPU memory ran out: lower micro_batch_size, set recompute_granularity='selective' "
-               "(or 'full'), use_distributed_optimizer=True, or raise tensor/pipeline parallel size; "
-               "check the estimate first with `labkit plan CONFIG.json`.",
-    "host_oom": "host (CPU) memory ran out: lower micro_batch_size or raise memory_limit_gb (CPU runs), "
-                "request more memory from Slurm (--mem), or use fewer processes per node.",
-    "cpu_alloc": "the CPU allocator hit the per-process cap: lower micro_batch_size or raise "
-                 "memory_limit_gb.",
-    "nccl_timeout": "a collective waited past its timeout: another rank crashed, hung or is far slower "
-                    "- look at the earliest failure of the other ranks; then check the network "
-                    "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) or raise the process "
-                    "group timeout.",
-    "cuda_error": "a CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it repeats "
-                  "on one node, exclude it (sbatch --exclude=NODE) and tell the admins.",
-    "ecc": "uncorrectable ECC error: a hardware fault. Exclude the node (sbatch --exclude=NODE), "
-           "report it to the cluster admins, and resume from the last checkpoint.",
-    "time_limit": "the job reached its Slurm time limit: raise --time, lower train_iters, or set "
-                  "save_interval and resubmit with resume=True to continue from the checkpoint.",
-    "preempted": "a higher-priority job preempted this one: resubmit with resume=True (set "
-                 "save_interval so little is lost) or use a non-preemptible partition/QOS.",
-    "node_failure": "a node failed under the job: resubmit excluding it (sbatch --exclude=NODE) with "
-                    "resume=True, and tell the admins.",
-    "child_failed": "torchrun stopped because a worker failed: the root cause is that worker's own error "
-                    "(listed before this one); rank and exit code are in the message.",
-    "python_exception": "a Python exception ended the worker: read the message and the traceback at the "
-                        "given line.",
-    "comm_exception": "a communication error, usually a consequence: another rank died first - look at "
-                      "its failure.",
-    "cancelled": "the job was cancelled (scancel or a user/admin action); resubmit if unintended.",
-    "hang": "no new iteration for longer than the hang timeout: a rank is stuck (deadlock, mismatched "
-            "collectives, dead peer). Cancel the job, rerun with NCCL_DEBUG=INFO and "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL, and compare the last line of every rank.",
-    "disk_full": "the disk holding the run or its checkpoints is full (ENOSPC): free space there "
-                 "(`df -h DIR`; `labkit clean` removes your finished runs' checkpoints) or save "
-                 "to a bigger disk (--save DIR, or another run_root), then resume from the last "
-                 "complete checkpoint (`labkit submit CONFIG --resume`).",
-    "bad_checkpoint": "the checkpoint being loaded is truncated or corrupt (a save cut short by a "
-                      "full disk or a kill): write the previous complete iteration (the message "
-                      "names it) into latest_checkpointed_iteration.txt and resume, or start over "
-                      "(--no-resume, `labkit submit CONFIG --overwrite`).",
-    "sigkill": "a worker was killed with SIGKILL (exit -9 / 137) and nothing else explains it: most "
-               "often the kernel's OOM killer - lower micro_batch_size or request more memory.",
-}
 
 
 @dataclass
@@ -90,7 +47,12 @@ _WATCHDOG = "Watchdog caught collective operation timeout"
 _SEQ = re.compile(r"SeqNum=(\d{1,12})")
 _OPTYPE = re.compile(r"OpType=(\w{1,40})")
 _RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
-_RANK_IN = re.compile(r"\[(?:PG ID \d{1,6} PG GUID [^\]]{0,80}? )?Rank (\d{1,6})\]")
+# a rank inside the message: ``[Rank 0]``, ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` (a rank in a
+# process group other than 0 is the rank inside that group, not the process's)
+_RANK_IN = re.compile(r"\[(?:PG ID (\d{1,6}) PG GUID [^\]]{0,80}? )?Rank (\d{1,6})\]")
+# the watchdog's line for the work that timed out, alone where its other lines are not in the log
+# (``[PG ID 12 PG GUID 120 Rank 0] Timeout at NCCL work: 151, last enqueued NCCL work: 152, ...``)
+_WORK_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d{1,12})")
 _GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
 _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|Xid \(PCI:[^)]{1,40}\): (\d{1,4})|CUDA driver error|uncorrectable ECC error"
@@ -130,10 +92,17 @@ def _short(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def _rank_in(text: str, rank: int | None) -> int | None:
+    """The rank a message names (process group 0's, or a group's where no prefix named one)."""
+    rm = _RANK_IN.search(text) if "Rank " in text else None
+    if rm is None or (rm.group(1) not in (None, "0") and rank is not None):
+        return rank
+    return int(rm.group(2))
+
+
 def match_line(text: str, rank: int | None) -> Failure | None:
     """One line -> a Failure (line number filled in by the caller), or None."""
-    rm = _RANK_IN.search(text) if "Rank " in text else None  # the message names it: [E ...] [Rank 0]
-    rank = int(rm.group(1)) if rm else rank
+    rank = _rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)
@@ -154,8 +123,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
                            HINTS["host_oom"], key="slurm-oom")
     if _WATCHDOG in text:
         seq, op, ran = _SEQ.search(text), _OPTYPE.search(text), _RAN_FOR.search(text)
-        rm = _RANK_IN.search(text)
-        r = int(rm.group(1)) if rm else rank
+        r = rank
         desc = f"collective timeout on rank {r}: {op.group(1) if op else '?'}"
         if seq:
             desc += f" (SeqNum={seq.group(1)})"
@@ -163,6 +131,11 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
         return Failure("nccl_timeout", r, None, desc, HINTS["nccl_timeout"],
                        key=f"wd:{r}:{seq.group(1) if seq else (op.group(1) if op else '')}")
+    if "Timeout at NCCL work: " in text:
+        m = _WORK_TIMEOUT.search(text)
+        if m:  # the same event as its watchdog line (its SeqNum), where that is in the log
+            return Failure("nccl_timeout", rank, None, f"collective timeout on rank {rank}: NCCL work "
+                           f"{m.group(1)} timed out", HINTS["nccl_timeout"], key=f"wd:{rank}:{m.group(1)}")
     if "imed out waiting" in text:
         m = _GLOO_TIMEOUT.search(text)
         if m:

@@ -27,8 +27,10 @@ pasted into it, a run of blanks inside a word, is taken out first)::
     scale to: 64.0 / Current loss scale already at minimum - cannot decrease scale anymore
 
 Each is a skipped step and the scale after it (DeepSpeed's next ``step=`` record takes it as its
-``loss_scale``; the finding counts the skipped steps, per process, and names the scale); a scale
-that falls to 1 or its minimum is a finding (the loss diverged or the gradients hold inf/nan).
+``loss_scale``; the finding counts the skipped steps, per process, and names the scale; where a log
+prints ``Skipping step`` lines, those count the steps, and a scale line beside them is the same
+step's); a scale that falls to 1 or its minimum is a finding (the loss diverged or the gradients
+hold inf/nan).
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class Seen:
         self.sockets: set[str] = set()
         self.network: str | None = None
         self.init_complete = 0
-        self.overflows: dict[Any, int] = {}  # skipped steps per process
+        self.overflows: dict[Any, int] = {}  # skipped steps per process (its "Skipping step" lines)
+        self.reductions: dict[Any, int] = {}  # scale changes per process, on lines that say no skip
         self.scale: float | None = None  # the loss scale after the last change
         self.scale_start: float | None = None
         self.scale_min: float | None = None
@@ -160,7 +163,8 @@ class Seen:
             return
         r = _DS_RANK.search(text)
         src = (int(r.group(1)) if r else line.rank, line.host)
-        self.overflows[src] = self.overflows.get(src, 0) + 1
+        count = self.overflows if "kipping step" in text else self.reductions
+        count[src] = count.get(src, 0) + 1
         if self.scale_start is None:
             self.scale_start = before if before is not None else after
         self.scale = after
@@ -169,8 +173,11 @@ class Seen:
 
     @property
     def skipped_steps(self) -> int:
-        """fp16 overflow steps skipped (the most any one process reported: every rank skips the same)."""
-        return max(self.overflows.values(), default=0)
+        """fp16 overflow steps skipped (the most any one process reported: every rank skips the same).
+        Where a log prints ``Skipping step`` lines, each is one; the scale changes printed beside them
+        (FP16_Optimizer's ``Reducing dynamic loss scale from 1 to 1`` on every process) count only
+        in a log that prints none."""
+        return max((self.overflows or self.reductions).values(), default=0)
 
     def network_words(self) -> str | None:
         if self.hcas:

@@ -60,7 +60,7 @@ _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
 _COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)"
                       r"(?i:\(train\))?"
-                      r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?![\d.]|[,.]\d)"
+                      r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
 _LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
@@ -74,7 +74,7 @@ _NAMES = {
     "lr": "lr", "learning_rate": "lr", "learning rate": "lr", "learning-rate": "lr",
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "s/iter": "s", "ms/iter": "ms", "step_time": "time",
     "step time": "time", "iter time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
-    "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time",
+    "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time", "dt": "time",
     "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
     "tok/s": "tok", "tok/sec": "tok", "tokens-per-second": "tok",
     "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok", "tps": "tok",
@@ -120,6 +120,9 @@ _HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iterati
                    r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
 _INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
+# a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
+# training step (measured in **ms**) │`` (WordPlay's, ezpz's)
+_LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
 # fairseq's update counter, wherever it sits in its record (its records print the loss first)
 _UPDATES = re.compile(r"(?<![\w/.-])num_updates=(\d{1,12})(?![\d.])")
 
@@ -134,8 +137,9 @@ def may_be_record(text: str | bytes) -> bool:
             or "tflop" in t or "/step" in t or "time" in t or "elapsed" in t or "norm" in t)
 
 
-def parse(text: str) -> dict[str, Any] | None:
-    """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None."""
+def parse(text: str, units: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None; ``units``:
+    the unit of a name printed without one, where the log's legend says it."""
     if not may_be_record(text):
         return None
     evaluation = _EVAL.search(text) is not None
@@ -145,7 +149,7 @@ def parse(text: str) -> dict[str, Any] | None:
     u = _UPDATES.search(text) if "num_updates=" in text else None
     m = _COUNTER.search(text) if u is None else None
     if u is not None:
-        rec = _metrics(text[:u.start()] + text[u.end():], {"iteration": int(u.group(1))})
+        rec = _metrics(text[:u.start()] + text[u.end():], {"iteration": int(u.group(1))}, units)
         rest = ""
     elif m is not None:
         rec = {"iteration": int(m.group(1))}
@@ -153,14 +157,14 @@ def parse(text: str) -> dict[str, Any] | None:
             rec["train_iters"] = int(m.group(2))
         rest = text[m.end():]
         if "lm_loss" not in _metrics(text[:m.start()], {}):  # a loss before the counter: no record
-            _metrics(rest, rec)
+            _metrics(rest, rec, units)
     else:
         m = _LEADING.match(text)
         if m is None:
             return None
         rec = {"iteration": int(m.group(1))}
         rest = text[m.end():]
-        _metrics(rest, rec)
+        _metrics(rest, rec, units)
         if "lm_loss" not in rec:  # no name for the counter: a loss says it is a step record
             return None
     if "elapsed_ms" not in rec:  # a field of its own that is a time and nothing else: the step's
@@ -173,7 +177,7 @@ def parse(text: str) -> dict[str, Any] | None:
     return rec if set(rec) - {"iteration", "train_iters", "loss_scale", "_memory"} else None
 
 
-def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:
+def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
     mmlab = "data_time" in text  # OpenMMLab's and detectron2's loggers: time in s, memory in MiB
@@ -195,7 +199,7 @@ def _metrics(text: str, rec: dict[str, Any]) -> dict[str, Any]:
         if unit is None and mmlab:
             unit = "s" if kind == "time" else "MiB" if kind == "mem" and value.isdigit() else None
         if unit is None:
-            unit = _BARE_UNIT.get(name)
+            unit = _BARE_UNIT.get(name) or (units or {}).get(name)
         elif kind == "mem" and unit == "M":  # detectron2's ``max_mem: 2996M``: MiB
             unit = "MiB"
         _put(rec, kind, name, v, unit, bool(per_device) or _PER_DEVICE.search(name) is not None)
@@ -216,6 +220,8 @@ def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, 
         if unit in _MIB and "_memory" not in rec:
             peak = "peak" in name or "max" in name
             rec["_memory"] = ("max_allocated_mb" if peak else "allocated_mb", v * _MIB[unit])
+    elif kind == "mfu" and v < 0:  # a placeholder before the loop has measured one (-100): no number
+        rec.setdefault(kind, None)
     elif unit in (None, "%") or kind == "tflops_per_gpu":
         rec.setdefault(kind, v)
 
@@ -229,10 +235,11 @@ class Records(list):
         self.wrap = False  # held: a hard-wrapped line (True), or a header with indented lines
         self.rank: int | None = None
         self.last = 0  # the line number it reached
+        self.units: dict[str, str] = {}  # name -> unit, from the log's legend of its metrics
 
     def close(self) -> None:
         text, self.held = self.held, None
-        rec = parse(text) if text is not None else None
+        rec = parse(text, self.units) if text is not None else None
         if rec is not None:
             rec["_rank"] = self.rank
             self.append(rec)
@@ -255,7 +262,11 @@ def offer(col: Any, line: Any) -> None:
     if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
         return
-    rec = parse(text)
+    if "easured in" in text:
+        legend = _LEGEND.search(text)
+        if legend:
+            recs.units[legend.group(1).lower()] = legend.group(2)
+    rec = parse(text, recs.units)
     if rec is not None:
         rec["_rank"] = line.rank
         recs.append(rec)
@@ -270,12 +281,19 @@ def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
             offer(col, line)
 
 
+def lossless(col: Any) -> bool:
+    """Whether no record the other readers found holds a loss (DeepSpeed's engine prints
+    ``step=N, skipped=0, lr=[...]`` and the training loop its own loss lines: both are read)."""
+    return not (col.fast_n or any("lm_loss" in r for r in col.iter_rows)
+                or any("lm_loss" in c for c in col.iter_chunks))  # (a placeholder's None is a loss's place)
+
+
 def finish(col: Any) -> None:
     """Keep the records gathered here only where no other reader found an iteration."""
     if col.generic is not None:
         col.generic.close()
     recs, col.generic = col.generic or [], None
-    if col.n_iters:
+    if col.n_iters and not lossless(col):
         return
     for rec in recs:
         rank, mem = rec.pop("_rank"), rec.pop("_memory", None)

@@ -38,7 +38,7 @@ _ANSI_TEXT = re.compile(r"(?:\^\[|\\033|\\x1[bB]|\\e|\\u001[bB])\[[0-9;?]{0,16}[
                         r"|\[(?:\d{1,3};){0,4}\d{1,3}m")
 # A progress bar (tqdm) another message was printed onto: `` 45%|####  | 9/20 [00:03<00:04, 2.5it/s]``
 _BAR = re.compile(r"\s{0,8}\d{1,3}%\|[^|\n]{0,200}\|\s{0,4}\d{1,12}/\d{1,12}\s{0,4}\[[^\]\n]{0,100}\]")
-_TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d:\d\d(?:[.,:]\d{1,9})?"
+_TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d(?::\d\d(?:[.,:]\d{1,9})?)?"
        r"(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?")
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)"
 # One prefix at the start of a line; each alternative is bounded, so no backtracking blow-up.

@@ -339,7 +339,7 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
     copy: the same iteration, the same values). In a log with no record yet, every line is also
     offered to generic.py (kept only if no reader finds a record)."""
     seen = 0
-    if not col.n_iters and col.generic is None:  # no record yet: any loop's step lines (generic.py)
+    if (not col.n_iters or generic.lossless(col)) and col.generic is None:  # any loop's step lines
         col.generic = generic.Records()
     for lineno, raw in enumerate(lines, 1):
         seen += len(raw)

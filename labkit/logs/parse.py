@@ -341,7 +341,8 @@ def _wants_loop_lines(col: _Collector) -> bool:
     generic.py's): in a log with no record yet, or with no Megatron line whose iterations came
     from such lines (read where they sat beside a trigger), so no other loop's records mix with
     them (loops.add_lines)."""
-    return not col.n_iters or "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters
+    return not col.n_iters or "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters \
+        or generic.lossless(col)
 
 
 def _found_nothing(col: _Collector) -> bool:

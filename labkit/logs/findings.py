@@ -54,8 +54,8 @@ TOOL_WORDS = (
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
     ("Slurm", ("slurm", "srun", "salloc", "sbatch", "SLURM", "CANCELLED", "NODE_FAIL")),
     ("CUDA", ("CUDA", "cuda", "Xid")),
-    ("trainer", ("Lightning", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq", '{"epoch": ',
-                 "olmo.train", "orovod", "MaxText", "nanochat")),
+    ("trainer", ("Lightning", "v_num=", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq",
+                 '{"epoch": ', "olmo.train", "orovod", "MaxText", "nanochat")),
 )
 _TOOLS = re.compile("|".join(f"(?P<{tool}>{'|'.join(re.escape(w) for w in words)})"
                              for tool, words in TOOL_WORDS))

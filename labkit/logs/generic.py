@@ -58,7 +58,7 @@ from labkit.logs.lines import split_glued
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
-_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|step|iteration|iter|it|batch)"
+_COUNTER = re.compile(r"(?<![\w/.-])(?i:global[ _]step|acc_iter|step|iteration|iter|it|batch)"
                       r"(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
@@ -72,7 +72,9 @@ _NAMES = {
     "reduced_train_loss": "lm_loss", "train/loss": "lm_loss", "loss/train": "lm_loss",
     "step_loss": "lm_loss", "batch_loss": "lm_loss", "iter_loss": "lm_loss", "step loss": "lm_loss",
     "lr": "lr", "learning_rate": "lr", "learning rate": "lr", "learning-rate": "lr",
-    "sec/step": "s", "s/step": "s", "ms/step": "ms", "s/iter": "s", "ms/iter": "ms", "step_time": "time",
+    "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
+    "step_time": "time", "batch time": "time", "batch_time": "time",
+    "data time": "none", "data_time": "none", "forward time": "none", "backward time": "none",
     "step time": "time", "iter time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "step-time": "time", "dt": "time",
     "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
@@ -123,6 +125,13 @@ _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
 # a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
 # training step (measured in **ms**) │`` (WordPlay's, ezpz's)
 _LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
+# a batch counter within an epoch, the run's step counted as fairseq's before 2019 (PyTorch
+# examples' word_language_model: ``| epoch   1 |   200/ 2983 batches | lr 20.0000 | ms/batch 11.61 |``)
+_EPOCH_BATCHES = re.compile(r"(?i)(?<![\w/.-])epoch\s{0,4}[:=]?\s{0,12}(\d{1,9})\s{0,4}[|,:]?\s{0,12}"
+                            r"(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})\s{1,4}batches(?!\w)")
+# a timm-style record: ``Train:    1/3 ( 33%) [  49/323 ( 15%)]  Loss: 36.77 (81.7)  LR: 1.351e-04 ...
+# Acc_iter 50  Data time: 0.00(0.02)  Forward time: 0.31(0.29)  Batch time: 0.31(0.31)`` (OpenPCDet)
+_TIMM = re.compile(r"\s{0,8}Train:\s{1,8}\d{1,9}(?:/\d{1,9})?\s{1,4}(?:\(\s{0,3}\d{1,3}%\)\s{1,4})?\[")
 # fairseq's update counter, wherever it sits in its record (its records print the loss first)
 _UPDATES = re.compile(r"(?<![\w/.-])num_updates=(\d{1,12})(?![\d.])")
 
@@ -147,8 +156,12 @@ def parse(text: str, units: dict[str, str] | None = None) -> dict[str, Any] | No
     if evaluation:  # its metrics are no training step's: masked; the line's own step metrics stay
         text = _EVAL.sub(lambda e: "~" * len(e.group()), text)
     u = _UPDATES.search(text) if "num_updates=" in text else None
-    m = _COUNTER.search(text) if u is None else None
-    if u is not None:
+    e = _EPOCH_BATCHES.search(text) if u is None and "batches" in text else None
+    m = _COUNTER.search(text) if u is None and e is None else None
+    if e is not None:  # batches since the start of the run: (epoch - 1) x batches per epoch + batch
+        rest = text[e.end():]
+        rec = _metrics(rest, {"iteration": (int(e.group(1)) - 1) * int(e.group(3)) + int(e.group(2))}, units)
+    elif u is not None:
         rec = _metrics(text[:u.start()] + text[u.end():], {"iteration": int(u.group(1))}, units)
         rest = ""
     elif m is not None:
@@ -156,7 +169,9 @@ def parse(text: str, units: dict[str, str] | None = None) -> dict[str, Any] | No
         if m.group(2):
             rec["train_iters"] = int(m.group(2))
         rest = text[m.end():]
-        if "lm_loss" not in _metrics(text[:m.start()], {}):  # a loss before the counter: no record
+        if _TIMM.match(text):  # a timm-style header: the counter sits among the metrics
+            _metrics(text[:m.start()] + " " + rest, rec, units)
+        elif "lm_loss" not in _metrics(text[:m.start()], {}):  # a loss before the counter: no record
             _metrics(rest, rec, units)
     else:
         m = _LEADING.match(text)
@@ -180,7 +195,8 @@ def parse(text: str, units: dict[str, str] | None = None) -> dict[str, Any] | No
 def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
-    mmlab = "data_time" in text  # OpenMMLab's and detectron2's loggers: time in s, memory in MiB
+    # OpenMMLab's, detectron2's and OpenPCDet's loggers: time in s, memory in MiB
+    mmlab = "data_time" in text or "Data time" in text
     for m in _NAME.finditer(text):
         name, per_device = m.group(1).lower(), m.group(2)
         kind = _NAMES[name]
@@ -207,6 +223,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
 
 
 def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, per_device: bool) -> None:
+    if kind == "none":  # a part of the step (loading data, the forward pass), not the step
+        return
     if kind in ("s", "ms", "time"):
         unit = unit or (kind if kind != "time" else None)
         if unit in ("s", "sec"):

@@ -10,7 +10,8 @@ process printed, plus the rank the wrapper told us about:
     srun --label          `` 3: text``
     pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
     NCCL                  ``node12:4242:4300 text``, ``1000123:4242:4300`` (host:pid:tid, any host)
-    Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank)
+    Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank; SageMaker's
+                          ``[1,mpirank:0,algo-1]<stdout>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     loggers               time stamps, ``[INFO]``, ``ERROR:root:``, `` - root - INFO - ``, glog,
                           nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``,
@@ -18,8 +19,9 @@ process printed, plus the rank the wrapper told us about:
 
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. A Megatron time
 stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
-text: ``^[[32m``, ``[0m``) and a progress bar a message was printed onto are dropped. Reading is
-streaming: a file is iterated line by line in binary and never held whole.
+text: ``^[[32m``, ``[0m``, or as a logging agent's octal ``#033[A``, ``#015``) and a progress bar a
+message was printed onto are dropped. Reading is streaming: a file is iterated line by line in
+binary and never held whole.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # ``\x1b[1;31m``, or a bare ``[0m`` / ``[1;32m`` (digits and ``;`` only, ending in ``m``).
 _ANSI_TEXT = re.compile(r"(?:\^\[|\\033|\\x1[bB]|\\e|\\u001[bB])\[[0-9;?]{0,16}[A-Za-z]"
                         r"|\[(?:\d{1,3};){0,4}\d{1,3}m")
+# A carriage return or escape written as ``#015`` / ``#033`` (rsyslog's, SageMaker's CloudWatch agent's)
+_OCTAL = re.compile(r"#0(1[25]|33)")
 # A progress bar (tqdm) another message was printed onto: `` 45%|####  | 9/20 [00:03<00:04, 2.5it/s]``
 _BAR = re.compile(r"\s{0,8}\d{1,3}%\|[^|\n]{0,200}\|\s{0,4}\d{1,12}/\d{1,12}\s{0,4}\[[^\]\n]{0,100}\]")
 _TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d(?::\d\d(?:[.,:]\d{1,9})?)?"
@@ -46,7 +50,7 @@ _PREFIX = re.compile(
     r"(?:\[rank ?(?P<r2>\d{1,6})\]:? ?"                          # [rank3]: (torch), [rank 3] (picotron)
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
     r"|\[[A-Za-z_][\w-]{0,31}\|(?P<r6>\d{1,6})\]: ?"           # TorchX [trainer0|3]:
-    r"|\[\d{1,6},(?P<r3>\d{1,6})\]<std(?:out|err)>: ?"         # Open MPI [1,4]<stdout>:
+    r"|\[\d{1,6},(?:mpirank:)?(?P<r3>\d{1,6})(?:,[\w.-]{1,80})?\]<std(?:out|err)>: ?"  # Open MPI
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
     r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
@@ -58,7 +62,7 @@ _PREFIX = re.compile(
     r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} [\w.-]{1,80}:\d{1,7}\] "  # glog
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
-    r"|\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| [-|] |: | )"          # [INFO] , INFO: , ERROR:root:
+    r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| [-|] |: | )"          # [INFO] , INFO: , ERROR:root:
     r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
     r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
@@ -125,6 +129,8 @@ def _unbar(m: re.Match) -> str:
 
 def clean_text(raw: str) -> str:
     """Drop ANSI escapes, keep what a terminal would show after carriage returns, unescape HTML."""
+    if "#0" in raw:  # control characters a logging agent wrote as octal text (rsyslog: #015 is \r)
+        raw = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), raw)
     if "\x1b" in raw:
         raw = _ANSI.sub("", raw)
     raw = raw.rstrip("\r\n")

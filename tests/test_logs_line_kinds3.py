@@ -169,3 +169,14 @@ def test_sagemaker_tags_and_octal_escapes_are_a_lightning_log_with_no_step_recor
     parsed = parse_lines(SAGEMAKER)  # read, not refused: a bar's loss names no step
     assert (parsed.to_dict()["iterations"], parsed.tools) == ([], ["trainer"])
     assert not found_nothing(parsed)
+
+
+# slurm_2021_srun_label_step_and_job_time_limit_ufs907.txt (lines 3-4), behind one more srun label
+UFS = ["  0: slurmstepd: error: *** STEP 25551887.0 ON h19c25 CANCELLED AT 2021-11-23T19:29:13 DUE TO TIME "
+       "LIMIT ***",
+       "slurmstepd: error: *** JOB 25551887 ON h19c25 CANCELLED AT 2021-11-23T19:29:13 DUE TO TIME LIMIT ***"]
+
+
+def test_a_slurm_cancellation_is_one_event_whichever_task_label_it_carries():
+    fs = parse_lines(["3: " + line for line in UFS]).to_dict()["failures"]
+    assert [(f["kind"], f["rank"]) for f in fs] == [("time_limit", 0)]  # the STEP line's task 0

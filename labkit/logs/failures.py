@@ -217,7 +217,8 @@ class FailureScanner:
     def add(self, f: Failure) -> Failure:
         k = (f.kind, f.key)
         old = self._by_key.get(k)
-        if old is not None and (old.rank == f.rank or f.rank is None or old.rank is None):
+        # a Slurm cancellation is the job's, whichever task's label it carries: one event
+        if old is not None and (old.rank == f.rank or f.rank is None or old.rank is None or f.key == "slurm"):
             old.count += 1
             if old.rank is None:
                 old.rank = f.rank

@@ -204,7 +204,11 @@ def test_a_pp2_run_writes_its_timeline_and_memory(tmp_path):
     df = load_timeline(run)
     assert set(df["rank"]) == {0, 1} and sorted(df["iteration"].unique()) == [1, 2, 3]
     b = measured_bubble(df)
-    assert 0 < b["bubble"] < 1 and b["predicted"] == 0.25
+    # Each stage of a pipeline waits for the other at least once (causality), so the bubble is
+    # above 0; it has no upper bound: idle / busy of the busiest stage grows past 1 when the
+    # machine's load stretches the other stage's work (1.04 seen in a loaded CI run). The idle
+    # fraction (idle / the pipeline's span) stays under 1 by construction.
+    assert 0 < b["bubble"] and 0 < b["idle_fraction"] < 1 and b["predicted"] == 0.25
     mem = load_memory(run)
     assert (mem["weights_mb"] > 0).all() and (mem["optimizer_mb"] > mem["weights_mb"]).all()
     assert (mem["activations_mb"] > 0).all()

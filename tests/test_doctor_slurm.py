@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -104,9 +103,7 @@ def test_unschedulable_probe_is_given_up_with_the_queue_reason(slurm_cluster, en
     site = _site(tmp_path / "site.yaml", slurm_cluster, run_root=str(tmp_path / "runs"),
                  env={"GLOO_SOCKET_IFNAME": "eth0"})
     site.write_text(site.read_text().replace("partition: lab", f"partition: {down_partition}"))
-    t0 = time.time()
     p = _doctor("--cluster", str(site), "--timeout", "15", "--json")
-    took = time.time() - t0
     assert p.returncode == 1
     job = _checks(p)["probe job (as the site's jobs run)"]
     assert job["status"] == "FAIL", job
@@ -120,7 +117,9 @@ def test_unschedulable_probe_is_given_up_with_the_queue_reason(slurm_cluster, en
     q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
                        env={**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf})
     assert q.stdout.strip() in ("", "CANCELLED"), q.stdout  # not left in the queue
-    assert took < 15 + 120, took  # bounded: the wait, plus the checks that need no job
+    # Bounded without a wall-clock limit (which a loaded machine could break): the job was waited
+    # for 15 s ("still PENDING after 15s" above), and the checks that need a job did not wait for
+    # one of their own (each says PartitionDown).
 
 
 def test_more_nodes_than_the_partition_has_waits_with_its_reason(slurm_cluster, env, tmp_path):

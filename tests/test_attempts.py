@@ -61,3 +61,21 @@ def test_labkit_parse_names_the_node_failure_and_the_requeue(capsys):
     assert cli(["parse", log, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [a["reason"] for a in doc["attempts"]] == ["node failure", "completed"]
+
+
+def test_the_failed_node_is_named_whichever_slurm_line_comes_first(tmp_path):
+    """srun's "Node failure on node2" and slurmstepd's "JOB .. ON node1 CANCELLED .. DUE TO NODE
+    FAILURE" race to the log: the CI run of 270e788 wrote slurmstepd's first. The report names
+    node2, the node that failed, not node1, the node that reported it."""
+    from labkit.logs import parse_log
+
+    lines = (FIX / "minicluster_node_failure_requeued.txt").read_text().splitlines(keepends=True)
+    assert lines[32].startswith("srun: error: Node failure on node2")
+    swapped = lines[:32] + lines[33:35] + [lines[32]] + lines[35:]  # slurmstepd's two lines first
+    log = tmp_path / "log.txt"
+    log.write_text("".join(swapped))
+    for path in (FIX / "minicluster_node_failure_requeued.txt", log):
+        nodes = [f for f in parse_log(path).to_dict()["failures"] if f["kind"] == "node_failure"]
+        assert [(f["line"], f["message"]) for f in nodes] == [
+            (33 if path != log else 35, "Slurm: node node2 failed under the job: srun: error: Node "
+                                        "failure on node2")], nodes

@@ -83,6 +83,7 @@ _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Brok
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
+_FAILED_NODE = "Slurm: node "  # how a message naming the node that failed begins
 _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
                  "NODE_FAIL": "node_failure"}
 
@@ -159,14 +160,15 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             reason = (m.group(4) or "").strip()
             kind = _SLURM_REASON.get(reason, "cancelled")
             node = m.group(2) or m.group(5)
-            msg = f"Slurm job {m.group(1)} cancelled at {m.group(3)}" + (f" on {node}" if node else "") \
-                + (f" due to {reason}" if reason else "")
+            msg = f"Slurm job {m.group(1)} cancelled at {m.group(3)}" \
+                + (f" due to {reason}" if reason else "") \
+                + (f" (reported by {node})" if node else "")  # slurmstepd's node, not the failed one
             return Failure(kind, rank, None, msg, HINTS[kind], key="slurm")
     if "Node failure" in text or "failed on node" in text or "NODE_FAIL" in text:
         m = _NODE_FAIL.search(text)
         if m:
             node = m.group(1) or m.group(2)
-            msg = (f"Slurm: node {node} failed under the job: " if node else "") + _short(text)
+            msg = (f"{_FAILED_NODE}{node} failed under the job: " if node else "") + _short(text)
             return Failure("node_failure", rank, None, msg, HINTS["node_failure"], key="slurm")
     if "exitcode" in text and "local_rank" in text:
         m = _TORCHRUN_FAIL.search(text)
@@ -222,6 +224,10 @@ class FailureScanner:
             old.count += 1
             if old.rank is None:
                 old.rank = f.rank
+            # slurmstepd's "JOB .. ON node1 CANCELLED .. DUE TO NODE FAILURE" names the node that
+            # reported it; srun's "Node failure on node2", in either order, names the one that failed
+            if f.message.startswith(_FAILED_NODE) and not old.message.startswith(_FAILED_NODE):
+                old.message, old.line = f.message, f.line
             return old
         self._by_key[k] = f
         self.failures.append(f)
@@ -245,7 +251,7 @@ class FailureScanner:
         if f is not None:
             if f.line is None:
                 f.line = line.lineno
-            if f.kind == "cancelled" and self._preempt and f.message.endswith("due to JOB REQUEUE"):
+            if f.kind == "cancelled" and self._preempt and "due to JOB REQUEUE" in f.message:
                 f.kind, f.hint, f.message = "preempted", HINTS["preempted"], f.message + " (preempted)"
             f = self.add(f)
         self._prev = line

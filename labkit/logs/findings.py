@@ -48,7 +48,7 @@ TOOL_WORDS = (
     ("NCCL", ("NCCL", "nThread ", "algbw", "Avg bus bandwidth",  # nccl-tests; a page may eat "#"
               " INFO init.cu:", " INFO bootstrap.cu:", "include/socket.h:", "include/net.h:")),  # 2018
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
-               "Traceback")),
+               "Traceback", "torchelastic", "elastic_operator", "Rendezvous", "orker group")),  # elastic
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
@@ -119,6 +119,9 @@ class Seen:
         text = line.text
         for m in _TOOLS.finditer(text):
             self.mark(m.lastgroup or "", line.lineno)
+        if line.logger is not None:  # the logger a prefix named: INFO:torch.distributed.elastic...:
+            for m in _TOOLS.finditer(line.logger):
+                self.mark(m.lastgroup or "", line.lineno)
         if "NCCL" in text or "NET/" in text:
             self._nccl(text)
         if "        " in text and ("OVERFLOW" in text or "oss sca" in text):

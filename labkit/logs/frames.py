@@ -26,11 +26,36 @@ _FLAG = re.compile(r"(?:--|\bmodel\.)(tensor[-_]model|pipeline[-_]model|context|
 _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
 _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
-# the world size stated in words: ``world_size=24``, ``world size: 24``, ``"world_size": 8``,
-# ``"WORLD_SIZE_IN_USE": 8``, DeepSpeed's config dump ``world_size ........ 32``, its MPI discovery
-# ``Discovered MPI settings of world_rank=6, local_rank=6, world_size=32``
-_WORLD = re.compile(r"(?i)(?<![\w-])world[_ ]size(?:_in_use)?[\"']?\s{0,2}(?:[:=]|\s\.{3,80})\s{0,2}"
-                    r"[\"']?(\d{1,7})(?![\d.])")
+# The world size stated in words or keys, anywhere in a line, by one rule: a key, then ``=``, ``:``
+# or a config dump's dots, then a number or a list of numbers. What each key counts:
+WORLD_KEYS = {
+    "world_size": "ranks",  # world_size=24, WORLD_SIZE=8, world size: 24, "world_size": 8, DeepSpeed's
+    #                         config dump world_size ........ 32, its mpi_discovery ... world_size=32
+    "world_size_in_use": "ranks",  # ezpz's "WORLD_SIZE_IN_USE": 8
+    "global_world_sizes": "ranks",  # torch elastic's rendezvous result: every local worker's world size
+    "role_world_sizes": "ranks of one role",  # the world only where the job has one role: not read
+    "group_world_size": "agents",  # torch elastic's agents (nodes), not ranks: not read
+}
+# Launcher arguments count a node's ranks or the nodes (``--nproc_per_node 4 --nnodes 2``,
+# ``Using nproc_per_node=2``, an elastic ``min_nodes``/``max_nodes`` range) and state no world size
+# (tests/fixtures/logs/real/README.md: the corpus reads them so); dist_world_size= and the WORLD
+# INFO DICT are DeepSpeed's launcher's (deepspeed.py). A stated key is read after what Megatron's
+# own lines and the launcher say (layout_of).
+_WORLD = re.compile(r"(?i)(?<![\w-])(world[_ ]size(?:_in_use)?|(?:global|role)_world_sizes|group_world_size)"
+                    r"[\"']?\s{0,2}(?:[:=]|\s\.{3,80})\s{0,2}[\"']?(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
+
+
+def stated_world_size(text: str) -> int | None:
+    """The world size a line states by a key of WORLD_KEYS that counts ranks (a list of sizes
+    gives its value where every entry agrees), else None."""
+    for m in _WORLD.finditer(text):
+        if WORLD_KEYS[m.group(1).lower().replace(" ", "_")] != "ranks":
+            continue
+        sizes = set(re.findall(r"\d{1,7}", m.group(2)))
+        if len(sizes) == 1:
+            return int(sizes.pop())
+    return None
+
 # torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (a name
 # not in it is a dimension of size 1)
 _MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d, ]{1,100})\]")
@@ -56,10 +81,10 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             m = _MEMBER.search(text)
             if m:
                 out.setdefault("world_size", int(m.group(1)))
-        if "orld" in text or "ORLD" in text:
-            m = _WORLD.search(text)
-            if m:
-                out.setdefault("world_size", int(m.group(1)))
+        if ("orld" in text or "ORLD" in text) and "world_size" not in out:
+            ws = stated_world_size(text)
+            if ws is not None:
+                out["world_size"] = ws
         if "device mesh" in text:
             for key, v in _mesh(text).items():
                 out.setdefault(key, v)

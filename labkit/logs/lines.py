@@ -58,16 +58,20 @@ _PREFIX = re.compile(
     r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
-    r"|(?>\s{0,4}\[?" + _TS + r"\]?)(?!\s{0,4}iteration)(?: [-|] |: | |:)?"  # a time stamp (not Megatron's)
+    r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
-    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} [\w.-]{1,80}:\d{1,7}\] "  # glog
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} (?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # glog, absl
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
-    r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::[\w.]{1,60}:| [-|] |: | )"          # [INFO] , INFO: , ERROR:root:
-    r"|(?:- )?[\w.]{1,60} - " + _LEVEL + r" - "                   # Python logging: - root - INFO -
+    r"|\[" + _LEVEL + r"\] " + _TS + r" (?P<lg1>[\w.]{1,60}): "        # [INFO] 2021-09-13 22:18:26,678 api:
+    r"|(?P<lg2>[\w.]{1,60}) " + _LEVEL + r" (?=[\[(]\d{4}-)"          # submitit WARNING (2021-03-15 ...) -
+    r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::(?P<lg3>[\w.]{1,60}):| [-|] |: | )"  # [INFO] , INFO: , ERROR:root:
+    r"|(?:- )?(?P<lg4>[\w.]{1,60}) - " + _LEVEL + r" - "          # Python logging: - root - INFO -
     r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
     r"|\[titan\] "                                              # torchtitan's logger name
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
+    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
+    r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
 )
 # A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
@@ -86,12 +90,19 @@ class Line:
     text: str
     host: str | None = None
     width: int = 0  # the printed line's length, prefixes included (a hard wrap cuts at a width)
+    logger: str | None = None  # the logger a Python logging prefix named (torch.distributed.elastic...)
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
     """Remove launcher, logger and time-stamp prefixes; return (text, rank or None, host or None)."""
+    return _strip(text)[:3]
+
+
+def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
+    """strip_prefixes, and the logger name a Python logging prefix gave (the innermost)."""
     rank: int | None = None
     host: str | None = None
+    logger: str | None = None
     for _ in range(8):  # prefixes nest a few deep (srun label, host:pid:tid, time stamp, level)
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
@@ -103,9 +114,11 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
                 rank = int(m.group(g))
                 break
         else:
-            host = m.group("host") or m.group("pod") or host
+            host = m.group("host") or m.group("pod") or m.group("ray") or host
+            logger = (m.group("lg1") or m.group("lg2") or m.group("lg3") or m.group("lg4")
+                      or (m.group("lg5") or "").removesuffix(".py").replace("/", ".") or logger)
         text = text[m.end():]
-    return text, rank, host
+    return text, rank, host, logger
 
 
 def split_glued(line: Line) -> tuple[Line, ...]:
@@ -153,10 +166,10 @@ def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
         raw = raw.decode("utf-8", errors="replace")
     text = clean_text(raw)
     width = len(text)
-    text, rank, host = strip_prefixes(text)
+    text, rank, host, logger = _strip(text)
     if "\x1b" in text:  # colour codes can sit after a prefix too
         text = _ANSI.sub("", text)
-    return Line(lineno, rank, text, host, width)
+    return Line(lineno, rank, text, host, width, logger)
 
 
 # A log line longer than this is cut (with a note): memory stays bounded on a line of

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
 from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SLURM_OOM, oom_key
@@ -71,7 +72,6 @@ _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED 
 _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
 _SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
 # an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``)
 _UNCAUGHT = re.compile(r"\bUncaught ([A-Za-z_]\w{0,80}(?:Error|Exception)): (.{1,500})")
 # DeepSpeed's launcher: ``[launch.py:434:sigkill_handler] ['python', ...] exits with return code = -9``
@@ -194,17 +194,28 @@ def is_comm_consequence(message: str) -> bool:
     return _COMM_CONSEQUENCE.search(message) is not None
 
 
+def exception_failure(message: str, rank: int | None, line: int | None) -> Failure:
+    """An uncaught exception (``Name: text``): a python_exception, a communication error's as such."""
+    msg = _short(message)
+    comm = is_comm_consequence(msg)
+    hint = HINTS["comm_exception" if comm else "python_exception"]
+    return Failure("python_exception", rank, line, msg, hint, evidence="comm" if comm else "log",
+                   key=f"exc:{msg[:120]}")
+
+
 class FailureScanner:
     """Feed cleaned lines in order; ``failures`` holds the merged records.
 
-    Stateful for what spans lines: Python tracebacks (per rank), torchrun's ChildFailedError
-    root-cause table, and messages hard-wrapped over two lines.
+    Stateful for what spans lines: Python tracebacks (per rank) and torch elastic's JSON error
+    records (exceptions.py), torchrun's ChildFailedError root-cause table, and messages
+    hard-wrapped over two lines. ``close`` at the end of a log.
     """
 
     def __init__(self) -> None:
         self.failures: list[Failure] = []
         self._by_key: dict[tuple[str, str], Failure] = {}
-        self._tb: dict[tuple, int] = {}     # source -> line where its traceback began
+        self._tb = Tracebacks()
+        self._records = ErrorRecords()
         self._child: Failure | None = None  # the open ChildFailedError record
         self._child_left = 0
         self._victims = False  # inside the table's "Failures:" part (ranks stopped by the root cause)
@@ -214,7 +225,7 @@ class FailureScanner:
     @property
     def busy(self) -> bool:
         """True while a multi-line record is open (the caller must then feed every line)."""
-        return bool(self._tb) or self._child_left > 0
+        return self._tb.busy or self._records.busy or self._child_left > 0
 
     def add(self, f: Failure) -> Failure:
         k = (f.kind, f.key)
@@ -248,6 +259,10 @@ class FailureScanner:
                         f.line = prev.lineno
                         break
         self._preempt = self._preempt or "preempted" in text
+        said = self._records.feed(text, line.lineno)  # a JSON error record's exception (read as data)
+        if said is not None and f is None:
+            f = match_line(said, line.rank) or exception_failure(said, line.rank, None)
+            f.line = self._records.start
         if f is not None:
             if f.line is None:
                 f.line = line.lineno
@@ -327,23 +342,21 @@ class FailureScanner:
             c.message += f" ({value})"
 
     def _traceback(self, line: Line, text: str, matched: Failure | None) -> None:
-        src = (line.rank, line.host)
-        if "Traceback (most recent call last)" in text:
-            self._tb[src] = line.lineno
-            return
-        start = self._tb.get(src)
-        if start is None or not text or text[0].isspace() or text.startswith(("During handling",
-                                                                              "The above exception")):
-            return
-        m = _EXC_LINE.match(text)
-        del self._tb[src]
-        if m is None or matched is not None or "ChildFailedError" in text:
-            return  # a specific rule already explains this traceback
-        msg = _short(text)
-        comm = is_comm_consequence(msg)
-        self.add(Failure("python_exception", line.rank, line.lineno, msg,
-                         HINTS["comm_exception" if comm else "python_exception"],
-                         evidence="comm" if comm else "log", key=f"exc:{msg[:120]}"))
+        exc = self._tb.feed(line)
+        if exc is not None and matched is None and "ChildFailedError" not in text:
+            self.add(exception_failure(exc, line.rank, line.lineno))  # no specific rule explains it
+
+    def close(self) -> None:
+        """The end of the log: a traceback still open was cut before its exception line, which
+        the log does not show; an exception was raised all the same (its last frame is told),
+        unless a launcher reported a failed worker: then it is the launcher's, raising that."""
+        cut = self._tb.cut()
+        for rank, start, frame in cut if not any(f.kind == "child_failed" for f in self.failures) else ():
+            msg = "a traceback the log cuts before its exception line" + (f" (last frame: {frame})"
+                                                                           if frame else "")
+            self.add(Failure("python_exception", rank, start, _short(msg), HINTS["python_exception"],
+                             key=f"exc:cut:{start}"))
+        self._records = ErrorRecords()
 
 
 # --- ordering ---------------------------------------------------------------------------------

@@ -287,6 +287,7 @@ class _Collector:
         for line, _, _ in list(self.pending.values()):
             self._safe(line)
         self.pending.clear()
+        self.scanner.close()  # a traceback the file ends inside
         self.blocks.close(self)
         for rec in self.steps.numbered_in_order():
             self.memory += [m for m in [deepspeed.take_memory(rec, None)] if m]

@@ -1,0 +1,167 @@
+"""Exceptions a log reports: Python tracebacks (per source, and one the log cuts before its last
+line), and failures recorded as data, torch elastic's JSON error records.
+
+A traceback ends at its first line that is not indented (the exception's own, ``Name: text``),
+per source (rank and host from the line's prefixes: ranks interleave). One still open where the
+log ends was cut before that line (an excerpt, a killed writer, a full disk): an exception was
+raised, whose name the log does not show; its last frame is told instead.
+
+torch.distributed.elastic writes an uncaught exception as a JSON record: into the worker's
+``error.json`` (``{"message": {"message": "RuntimeError: ...", "extraInfo": {"py_callstack":
+"Traceback ...", "timestamp": "..."}}}``), and into the log, through its ``error_handler`` logger,
+indented (torch 1.9)::
+
+    [ERROR] 2021-09-13 22:18:26,678 error_handler: {
+      "message": {
+        "message": "RendezvousConnectionError: The connection to the C10d store has failed. ...",
+        "extraInfo": {
+          "py_callstack": "Traceback (most recent call last):\\n  File ...",
+          "timestamp": "1631571506"
+
+or after ``child error file (...) contents:``; a newer record's ``"message"`` may be a string. The
+record is read as JSON, not by its wording: its innermost string ``"message"`` is the exception
+(``Name: text``), else the last line of its ``"py_callstack"``. A JSON string never spans lines, so
+an indented record is read member by member and a record cut off (a page's excerpt, a killed
+process) still gives what it printed; a record on one line is decoded whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from labkit.logs.lines import Line
+
+_MEMBER = re.compile(r'^\s{0,40}"(\w{1,40})"\s{0,4}:\s{0,4}(.{0,100000})$')
+_CUT_MEMBER = re.compile(r'"(message|py_callstack)"\s{0,4}:\s{0,4}"')
+_STRING = re.compile(r'"(?:[^"\\]|\\.){0,100000}"')
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Failure|Warning)\b")
+_DECODER = json.JSONDecoder()
+_MAX_LINES = 400  # a record this long is no error record (a config dump): closed
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
+
+
+def _exception_of(key: str, value: str) -> str | None:
+    """What a record's member says failed: its ``message``, or its call stack's last line."""
+    value = value.strip()
+    if key == "py_callstack":
+        last = [ln.strip() for ln in value.splitlines() if ln.strip()]
+        value = last[-1] if last else ""
+    elif key != "message":
+        return None
+    return value if _EXCEPTION.match(value) else None
+
+
+def _walk(obj: object, found: dict[str, str]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, str):
+                msg = _exception_of(k, v)
+                if msg is not None:
+                    found.setdefault(k, msg)
+            else:
+                _walk(v, found)
+
+
+class ErrorRecords:
+    """Feed cleaned lines in order; ``feed`` returns the exception a record states, once per record
+    (``start``: the line the record began on)."""
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.depth = 0  # braces open in the current record (0: none open)
+        self.lines = 0
+        self.said = False  # the open record already gave its exception
+
+    @property
+    def busy(self) -> bool:
+        return self.depth > 0
+
+    def feed(self, text: str, lineno: int = 0) -> str | None:
+        if self.depth == 0:
+            self.start = lineno
+            return self._start(text)
+        self.lines += 1
+        stripped = text.strip()
+        m = _MEMBER.match(text)
+        if m is None and stripped[:1] not in ("}", "]", "{", '"') or self.lines > _MAX_LINES:
+            self.depth = 0  # the record was cut off: an ordinary line follows
+            return None
+        self.depth += _braces(stripped)
+        if m is None or self.said or not m.group(2).startswith('"'):
+            return None
+        try:
+            value, _ = _DECODER.raw_decode(m.group(2))
+        except ValueError:
+            return None
+        msg = _exception_of(m.group(1), value) if isinstance(value, str) else None
+        self.said = msg is not None
+        return msg
+
+    def _start(self, text: str) -> str | None:
+        stripped = text.rstrip()
+        if not stripped.endswith("{") and '{"message"' not in stripped:
+            return None
+        at = stripped.find("{")
+        head = stripped[:at].strip()
+        if head and not head.endswith(":"):  # a line of code or prose, not a logged record
+            return None
+        if stripped.endswith("{") and at == len(stripped) - 1:
+            self.depth, self.lines, self.said = 1, 0, False  # an indented record opens
+            return None
+        found: dict[str, str] = {}
+        try:
+            obj, _ = _DECODER.raw_decode(stripped[at:])
+        except ValueError:  # a record cut off on its line: the members it printed
+            for m in _CUT_MEMBER.finditer(stripped, at):
+                try:
+                    value, _ = _DECODER.raw_decode(stripped, m.end() - 1)
+                except ValueError:
+                    break
+                obj = {m.group(1): value}
+                _walk(obj, found)
+        else:
+            _walk(obj, found)
+        return found.get("message") or found.get("py_callstack")
+
+
+def _braces(text: str) -> int:
+    """Braces opened minus closed on a line of JSON, outside its strings."""
+    bare = _STRING.sub("", text)
+    return bare.count("{") - bare.count("}")
+
+
+class Tracebacks:
+    """Python tracebacks per source: ``feed`` returns the line that ends one (the exception's)."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple, int] = {}  # source -> line where its traceback began
+        self.frame: dict[tuple, str] = {}  # source -> its last ``File "...", line N, in f`` line
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.open)
+
+    def feed(self, line: Line) -> str | None:
+        text = line.text
+        src = (line.rank, line.host)
+        if "Traceback (most recent call last)" in text:
+            self.open[src] = line.lineno
+            self.frame.pop(src, None)
+            return None
+        if src not in self.open or not text or text.startswith(("During handling", "The above exception")):
+            return None
+        if text[0].isspace():
+            if text.lstrip().startswith("File "):
+                self.frame[src] = text.strip()
+            return None
+        del self.open[src]
+        self.frame.pop(src, None)
+        return text if _EXC_LINE.match(text) else None
+
+    def cut(self) -> list[tuple[int | None, int, str | None]]:
+        """The tracebacks the log ends inside, as (rank, first line, last frame); none open after."""
+        out = [(src[0], start, self.frame.get(src)) for src, start in self.open.items()]
+        self.open.clear()
+        self.frame.clear()
+        return out

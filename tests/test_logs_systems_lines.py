@@ -1,0 +1,111 @@
+"""Systems lines read by general rules, from real lines: Python logging and Ray prefixes (the
+logger a prefix names), the world size stated by a key, torch elastic's JSON error records, a
+traceback a log cuts before its exception line.
+
+Each line is a line of a public log, its source named beside it (the corpus logs' sources are in
+tests/fixtures/logs/real/README.md); the expected values are read from the lines by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.logs import found_nothing, parse_lines
+from labkit.logs.frames import stated_world_size
+from labkit.logs.lines import clean_line
+
+# torchrun_2021_elastic_worker_group_failed_restart_rendezvous_result_world_sizes_doc2edag24.txt
+ELASTIC = ("INFO:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. 3/3 attempts "
+           "left; will restart worker group")
+# torchrun_2021_elastic_launch_configs_error_handler_json_rendezvous_connection_error_pytorch64926.txt
+ELASTIC_OP = "[INFO] 2021-09-13 22:17:26,653 api: Starting elastic_operator with launch configs:"
+RECORD = ["[ERROR] 2021-09-13 22:18:26,678 error_handler: {",
+          '  "message": {',
+          '    "message": "RendezvousConnectionError: The connection to the C10d store has failed. See inner '
+          'exception for details.",']
+# slurm_2021_submitit_step_cancelled_then_job_preemption_bypassing_signal_traceback_submitit1613.txt
+SUBMITIT = "submitit WARNING (2021-03-15 17:50:23,701) - Bypassing signal 15"
+CUT = ["submitit ERROR (2021-03-15 18:45:40,210) - Submitted job triggered an exception",
+       "Traceback (most recent call last):",
+       '  File "/private/home/sdascoli/.conda/envs/bert/lib/python3.7/runpy.py", line 193, in '
+       '_run_module_as_main',
+       '    "__main__", mod_spec)',
+       '  File "/private/home/sdascoli/.conda/envs/bert/lib/python3.7/runpy.py", line 85, in _run_code',
+       "    exec(code, run_globals)"]
+# torchelastic_2022_ray_commandactor_pid_prefix_rendezvous_result_world_size_2_torchx492.txt
+RAY = ("ray/0 (CommandActor pid=494406) INFO:torch.distributed.elastic.agent.server.api:[] Starting worker "
+       "group")
+# torchrun_2025_glog_worker_group_restart_pytorch147064.txt
+GLOG = ("I0213 12:07:20.086000 870572 torch/distributed/elastic/agent/server/api.py:699] [default] Stopping "
+        "worker group")
+# pytorch/pytorch pull request 64681's description (2021-09-08): the root-cause row's error record
+TABLE_RECORD = ["[0]:", "  time: 2021-08-26_17:12:07", "  rank: 0 (local_rank: 0)",
+                "  exitcode: 1 (pid: 8045)",
+                "  error_file: /tmp/torchelastic_6cj9eppm/6d9d844a-6ce4-4838-93ed-1639a9525b00_rec9kuv3/"
+                "attempt_0/0/error.json",
+                "  msg:", "    {", '      "message": "ValueError: Test",', '      "extraInfo": {',
+                '        "py_callstack": [']
+
+
+@pytest.mark.parametrize("line, text, logger", [
+    (ELASTIC, "[default] Worker group FAILED. 3/3 attempts left; will restart worker group",
+     "torch.distributed.elastic.agent.server.api"),
+    (ELASTIC_OP, "Starting elastic_operator with launch configs:", "api"),  # [LEVEL] time module:
+    (RECORD[0], "{", "error_handler"),
+    (SUBMITIT, "Bypassing signal 15", "submitit"),  # name LEVEL (time) -
+    (RAY, "[] Starting worker group", "torch.distributed.elastic.agent.server.api"),  # Ray, then logging
+    (GLOG, "[default] Stopping worker group", "torch.distributed.elastic.agent.server.api"),  # glog's path
+])
+def test_a_logging_prefix_is_taken_off_and_names_its_logger(line, text, logger):
+    got = clean_line(line)
+    assert (got.text, got.logger) == (text, logger)
+
+
+# torchrun_glog_sigterm_exitcode1_unsloth10.txt: a payload without a tool's word behind torch's logger
+SIGTERM = ("W0801 13:23:17.366000 32974 torch/distributed/elastic/multiprocessing/api.py:900] Sending "
+           "process 33051 closing signal SIGTERM")
+
+
+@pytest.mark.parametrize("line", [ELASTIC, SIGTERM])
+def test_a_log_of_torch_elastic_lines_is_a_log(line):
+    """A torch elastic line, by its words or by the logger its prefix names, makes a log; with no
+    iteration the finding says where it stopped."""
+    p = parse_lines([line])
+    assert p.tools == ["torch"] and not found_nothing(p)
+    assert [(f["kind"], f["line"]) for f in p.findings] == [("no_iteration", 1)]
+
+
+@pytest.mark.parametrize("line, size", [
+    ("  global_world_sizes=[4, 4, 4, 4]", 4),  # doc2edag24: every local worker's world size
+    ("ray/0 (CommandActor pid=494406)   global_world_sizes=[2]", 2),  # torchx492
+    ("  group_world_size=1", None),  # doc2edag24: agents (nodes), not ranks
+    ("  role_world_sizes=[4, 4, 4, 4]", None),  # the role's, the world only with one role
+    # deepspeed_mlprof_2023_mpi_32_ranks_quoted_indented_step_dt_batch_loss_lines_vault.txt
+    ("[2023-01-11 16:20:40,393] [INFO] [comm.py:690:mpi_discovery] Discovered MPI settings of world_rank=6, "
+     "local_rank=6, world_size=32, master_addr=10.140.57.110, master_port=29500", 32),
+    ("[INFO] 2021-09-13 22:17:26,653 run: Using nproc_per_node=2.", None),  # pytorch64926: one node's
+])
+def test_the_world_size_is_read_by_what_its_key_counts(line, size):
+    assert stated_world_size(line) == size
+
+
+def test_a_json_error_record_is_the_exception_it_carries():
+    """torch 1.9's error_handler record, cut after its message (pytorch64926's excerpt ends so)."""
+    p = parse_lines([ELASTIC_OP, *RECORD])
+    assert [(f.kind, f.line) for f in p.failure_records] == [("python_exception", 2)]
+    assert p.failure_records[0].message.startswith("RendezvousConnectionError: The connection to the C10d")
+
+
+def test_an_error_record_in_the_root_cause_row_is_the_workers_exception():
+    p = parse_lines(["Root Cause:", *TABLE_RECORD])
+    kinds = {f.kind: f.message for f in p.failure_records}
+    assert kinds["python_exception"] == "ValueError: Test"
+
+
+def test_a_traceback_cut_before_its_exception_line_is_an_exception():
+    p = parse_lines(CUT)
+    assert [(f.kind, f.line) for f in p.failure_records] == [("python_exception", 2)]
+    assert "runpy.py\", line 85, in _run_code" in p.failure_records[0].message
+    # with its exception line the traceback is that exception
+    whole = parse_lines([*CUT, "ValueError: x"])
+    assert [(f.kind, f.message) for f in whole.failure_records] == [("python_exception", "ValueError: x")]

@@ -1,0 +1,138 @@
+"""Step records printed as an object: a JSON object or a Python dict anywhere in a line.
+
+Loops that log a dict print it behind any prefix (a logger's, a tool's ``train_inner | ``), as
+JSON (fairseq's and metaseq's json log format, every value a quoted string: ``"loss": "15.878"``)
+or as Python's repr (``{'loss': 2.31, 'step': 10}``), flat or nested one level (``{"train":
+{"loss": ...}}`` is ``train/loss``). :func:`find_object` finds the first such object and flattens
+it; generic.py reads its keys by the same vocabulary as a line's ``name: value`` pairs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+SEP = re.compile(r"[ _-]")
+# the counter's names as an object's keys
+_COUNTER_KEYS = frozenset({"global_step", "num_updates", "acc_iter", "step", "iteration", "iter", "it",
+                           "batch"})
+_PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
+_DECODER = json.JSONDecoder()
+# Python's repr of a float that is no number: no literal, so read as None (no number)
+_NOT_A_NUMBER = re.compile(r"(?<![\w'\"])-?(?:nan|inf)(?![\w'\"])")
+_LONGEST = 100_000  # a longer object is no step record (a config dump): not decoded
+
+
+def find_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object or Python dict literal in ``text``, its nested objects flattened one
+    level (keys joined by ``/``); None where the line holds none."""
+    start = text.find("{")
+    for _ in range(3):  # a prefix may hold a brace of its own: the next one
+        if start < 0:
+            return None
+        obj = _decode(text, start)
+        if isinstance(obj, dict):
+            return _flat(obj)
+        start = text.find("{", start + 1)
+    return None
+
+
+def _decode(text: str, start: int) -> Any:
+    try:
+        return _DECODER.raw_decode(text, start)[0]
+    except ValueError:
+        pass
+    end = text.rfind("}")
+    if end < start or end - start > _LONGEST or "'" not in text:
+        return None
+    body = text[start:end + 1]
+    if "nan" in body or "inf" in body:
+        body = _NOT_A_NUMBER.sub("None", body)
+    try:
+        return ast.literal_eval(body)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _flat(obj: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(v, (dict, list)):
+                    out.setdefault(f"{key}/{k}", v)
+        elif not isinstance(value, list):
+            out.setdefault(str(key), value)
+    return out
+
+
+def number(value: Any) -> float | None:
+    """A value of an object as a number: a number, or a string that is one (``"15.878"``)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        v = float(value)
+    elif isinstance(value, str) and len(value) < 40:
+        try:
+            v = float(value.replace(",", ""))
+        except ValueError:
+            return None
+    else:
+        return None
+    return v if v == v and abs(v) != float("inf") else None  # nan, inf: no number
+
+
+def norm(name: str) -> str:
+    """A metric's name, ``_``, ``-`` and blanks alike (``learning rate`` is ``learning_rate``)."""
+    return SEP.sub("_", name.lower())
+
+
+def settle(rec: dict[str, Any]) -> None:
+    """A loss of a name out of the vocabulary (``_loss``) is the loss where no name of it gives one."""
+    other = rec.pop("_loss", None)
+    if other is not None:
+        rec.setdefault("lm_loss", other)
+
+
+def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
+                put: Callable[..., None]) -> dict[str, Any] | None:
+    """An object's step record (the counter and the metrics ``kind`` names, by ``put``), None
+    where it names no counter (an evaluation's ``valid_num_updates`` is none)."""
+    step = None
+    for key, value in obj.items():
+        k = norm(key)
+        if k in _COUNTER_KEYS or k.startswith("train/") and k[6:] in _COUNTER_KEYS:
+            v = number(value)
+            if v is not None and v >= 0 and v == int(v):
+                step = int(v)
+                break
+    if step is None:
+        return None
+    rec: dict[str, Any] = {"iteration": step, "_object": True}
+    epoch = number(obj.get("epoch"))
+    if epoch is not None:
+        rec["_epoch"] = epoch
+    for key, value in obj.items():
+        k = kind(str(key))
+        v = number(value) if k is not None else None
+        if v is not None:
+            put(rec, k, norm(key), v, None, _PER_DEVICE.search(str(key)) is not None)
+    settle(rec)
+    return rec
+
+
+def kept(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records that are steps': where every object record names an epoch and no two the same
+    one (fairseq's json summaries: ``{"epoch": 10, "loss": "3.180", ..., "num_updates": 21497}``),
+    they report epochs, not steps."""
+    epochs = [r["_epoch"] for r in recs if "_epoch" in r]
+    objects = sum(1 for r in recs if "_object" in r)
+    summaries = len(epochs) > 1 and len(epochs) == len(set(epochs)) == objects
+    out = [r for r in recs if not (summaries and "_epoch" in r)]
+    for r in out:
+        r.pop("_epoch", None)
+        r.pop("_object", None)
+    return out

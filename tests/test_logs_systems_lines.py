@@ -46,6 +46,14 @@ TABLE_RECORD = ["[0]:", "  time: 2021-08-26_17:12:07", "  rank: 0 (local_rank: 0
                 "  msg:", "    {", '      "message": "ValueError: Test",', '      "extraInfo": {',
                 '        "py_callstack": [']
 
+# torchtitan_2025_pp_loss_minus_one_shell_trace_torchtitan1232.txt: a logger's name in brackets, then
+# Python logging's own header
+TITAN = ("[rank0]:[titan] 2025-05-28 21:11:37,626 - root - INFO - Trainer is initialized with local batch "
+         "size 2, global batch size 2, sequence length 4096, total steps 10 (warmup 2).")
+# nemo_2023_srun_label_init_member_of_8_nemo5819.txt
+NEMO = ("0: [NeMo E 2023-01-18 07:39:42 exp_manager:423] You are running multi-node training without SLURM "
+        "handling the processes. Please note that this is not tested in NeMo and could result in errors.")
+
 
 @pytest.mark.parametrize("line, text, logger", [
     (ELASTIC, "[default] Worker group FAILED. 3/3 attempts left; will restart worker group",
@@ -55,6 +63,8 @@ TABLE_RECORD = ["[0]:", "  time: 2021-08-26_17:12:07", "  rank: 0 (local_rank: 0
     (SUBMITIT, "Bypassing signal 15", "submitit"),  # name LEVEL (time) -
     (RAY, "[] Starting worker group", "torch.distributed.elastic.agent.server.api"),  # Ray, then logging
     (GLOG, "[default] Stopping worker group", "torch.distributed.elastic.agent.server.api"),  # glog's path
+    (TITAN, TITAN.split(" - INFO - ")[1], "titan root"),  # every logger named, outermost first
+    (NEMO, NEMO.split("] ")[1], "NeMo"),
 ])
 def test_a_logging_prefix_is_taken_off_and_names_its_logger(line, text, logger):
     got = clean_line(line)

@@ -13,11 +13,21 @@ process printed, plus the rank the wrapper told us about:
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank; SageMaker's
                           ``[1,mpirank:0,algo-1]<stdout>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
-    loggers               time stamps, ``[INFO]``, ``ERROR:root:``, `` - root - INFO - ``, glog,
-                          nanotron's ``[INFO|DP=0|PP=0|TP=0]:``, torchtitan's ``[titan]``,
-                          OLMo's ``[olmo.train:816, rank=0]``, ezpz's ``[I][ezpz/dist:772:setup]``
+    Ray                   ``(CommandActor pid=494406) text``, ``(Worker pid=7, ip=10.0.0.2) text``
+                          (TorchX's ``ray/0 `` before it; the ip is the host)
+    loggers               time stamps (bare, in brackets or parentheses), ``[INFO]``,
+                          ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
+                          `` - root - INFO - ``, ``[INFO] 2021-09-13 22:18:26,678 api: ``,
+                          ``submitit WARNING (2021-03-15 17:50:23,701) - ``, glog and absl
+                          (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``),
+                          a logger's name in brackets before a time stamp (``[titan] 2025-...``),
+                          ``[NeMo I 2024-01-01 10:00:00 file:12] ``, nanotron's
+                          ``[INFO|DP=0|PP=0|TP=0]:``, OLMo's ``[olmo.train:816, rank=0]``,
+                          ezpz's ``[I][ezpz/dist:772:setup]``
 
-Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. A Megatron time
+Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. The logger names a
+prefix states are kept (``Line.logger``): they say which tool printed a line whose own words do
+not (``Sending process 33051 closing signal SIGTERM`` behind torch elastic's). A Megatron time
 stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
 text: ``^[[32m``, ``[0m``, or as a logging agent's octal ``#033[A``, ``#015``) and a progress bar a
 message was printed onto are dropped. Reading is streaming: a file is iterated line by line in
@@ -66,8 +76,8 @@ _PREFIX = re.compile(
     r"|(?P<lg2>[\w.]{1,60}) " + _LEVEL + r" (?=[\[(]\d{4}-)"          # submitit WARNING (2021-03-15 ...) -
     r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::(?P<lg3>[\w.]{1,60}):| [-|] |: | )"  # [INFO] , INFO: , ERROR:root:
     r"|(?:- )?(?P<lg4>[\w.]{1,60}) - " + _LEVEL + r" - "          # Python logging: - root - INFO -
-    r"|\[NeMo [IWEDC] [^\]\n]{0,160}\] "                            # [NeMo I 2024-01-01 ... file:12]
-    r"|\[titan\] "                                              # torchtitan's logger name
+    r"|\[(?P<lg6>[\w.-]{1,40}) [IWEDC] [^\]\n]{0,160}\] "              # [NeMo I 2024-01-01 ... file:12]
+    r"|\[(?P<lg7>[A-Za-z][\w.-]{0,39})\] (?=[\[(]?\d{4}[-/]\d\d[-/])"    # a logger's name: [titan] 2025-...
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
@@ -90,7 +100,7 @@ class Line:
     text: str
     host: str | None = None
     width: int = 0  # the printed line's length, prefixes included (a hard wrap cuts at a width)
-    logger: str | None = None  # the logger a Python logging prefix named (torch.distributed.elastic...)
+    logger: str | None = None  # the loggers logging prefixes named (torch.distributed.elastic.agent...)
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
@@ -99,7 +109,7 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
 
 
 def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
-    """strip_prefixes, and the logger name a Python logging prefix gave (the innermost)."""
+    """strip_prefixes, and the logger names logging prefixes gave (outermost first, blank-separated)."""
     rank: int | None = None
     host: str | None = None
     logger: str | None = None
@@ -115,8 +125,10 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
                 break
         else:
             host = m.group("host") or m.group("pod") or m.group("ray") or host
-            logger = (m.group("lg1") or m.group("lg2") or m.group("lg3") or m.group("lg4")
-                      or (m.group("lg5") or "").removesuffix(".py").replace("/", ".") or logger)
+            name = (m.group("lg1") or m.group("lg2") or m.group("lg3") or m.group("lg4") or m.group("lg6")
+                    or m.group("lg7") or (m.group("lg5") or "").removesuffix(".py").replace("/", "."))
+            if name:
+                logger = f"{logger} {name}" if logger else name
         text = text[m.end():]
     return text, rank, host, logger
 

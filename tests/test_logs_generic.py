@@ -1,5 +1,5 @@
-"""Step records of any training loop (labkit/logs/generic.py), TorchX prefixes glued to a bar
-(lines.py) and Slurm's allocation-side node failure (failures.py), from real lines.
+"""Step records of any training loop (labkit/logs/generic.py, records.py), TorchX prefixes glued
+to a bar (lines.py) and Slurm's allocation-side node failure (failures.py), from real lines.
 
 Each line is a line of a corpus log (tests/fixtures/logs/real, sources in its README.md), named
 beside it; the expected values are read from the line by hand.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.logs import generic, parse_lines, records
+from labkit.logs import generic, parse_lines, parse_log, records
 from labkit.logs.lines import clean_line, iter_lines, split_glued
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
@@ -135,3 +135,73 @@ def test_torchx_prefix_names_the_rank_and_a_glued_prefix_splits_the_line():
 def test_slurm_node_failure_names_the_node(line, node):
     (f,) = parse_lines([line]).to_dict()["failures"]
     assert f["kind"] == "node_failure" and f"node {node} failed" in f["message"]
+
+
+def _line(name: str, lineno: int) -> str:
+    """Line ``lineno`` of the corpus log ``name``, as the reader gets it (prefixes removed)."""
+    return next(ln.text for ln in iter_lines(REAL / name) if ln.lineno == lineno)
+
+
+def _fields(rec: dict | None) -> dict | None:
+    return None if rec is None else {k: v for k, v in rec.items() if not k.startswith("_")}
+
+
+ACCESSORY = "llama2_accessory_2023_metric_logger_epoch_batch_closs_median_grad_norm_max_mem_accessory48.txt"
+METASEQ = "metaseq_2022_slurm_procid_prefix_train_inner_json_records_wps_ups_metaseq507.txt"
+COMPOSER = "composer_2023_global_rank_stdout_stderr_banners_batch_records_mfu_warning_foundry244.txt"
+FAIRSEQ_JSON = "fairseq_2020_json_record_fairseq2201.txt"
+FAIRSEQ_SUMMARIES = "fairseq_2018_json_epoch_summaries_only_fairseq233.txt"
+VIT = "dsex_data_efficiency__vit_finetuning__out__cifar__training.txt"
+
+
+def test_a_batch_in_brackets_after_its_epoch_and_any_name_ending_in_loss():
+    # ``[05:19:47.352788] Epoch: [1]  [1480/1504]  lr: 0.000012  closs: 0.9233 (0.9531)  grad_norm:
+    # 0.2695 (0.3902)  time: 4.3916  data: 0.0002  max mem: 51710``: closs the loss, time in seconds
+    # beside a data-loading time, a memory without a unit a whole number of MiB
+    rec = generic.parse(_line(ACCESSORY, 1))
+    assert rec.pop("_memory") == ("max_allocated_mb", 51710.0)
+    assert _fields(rec) == pytest.approx({"iteration": 1480, "lr": 1.2e-05, "lm_loss": 0.9233,
+                                          "grad_norm": 0.2695, "elapsed_ms": 4391.6})
+    # epoch 2's batch 0 follows epoch 1's last: batches since the run's start, (2 - 1) x 1504 + 0
+    its = parse_log(REAL / ACCESSORY).to_dict()["iterations"]
+    assert [r["iteration"] for r in its] == [1480, 1490, 1500, 1504, 1514, 1524, 1534]
+
+
+def test_a_log_whose_epochs_count_from_0():
+    # ``Epoch: [0][  0/391]`` then ``Epoch: [1][  0/391]`` (the ImageNet example's ProgressMeter)
+    state = generic.Records()
+    got = [generic.parse(_line(VIT, n), state) for n in (200, 206)]
+    assert [(r["iteration"], r["lm_loss"]) for r in got] == [(0, 3.436), (391, 2.2442)]
+
+
+def test_a_json_record_anywhere_in_the_line_with_quoted_numbers():
+    # ``slurm_procid 0 : 2022-11-11 14:05:29 | INFO | train_inner | {"epoch": 1, ..., "loss":
+    # "15.864", ..., "wps": "739601", "ups": "0.71", ..., "num_updates": "2", "lr": "5.60224e-07",
+    # "gnorm": "16.783", ...}``
+    assert _fields(generic.parse(_line(METASEQ, 2))) == pytest.approx({
+        "iteration": 2, "lm_loss": 15.864, "lr": 5.60224e-07, "grad_norm": 16.783,
+        "tokens_per_sec": 739601.0, "elapsed_ms": 1000 / 0.71})  # actv_norm, tok_norm: no gradient norm
+    # fairseq's own json format, read by loops.py too: the same fields
+    rec = _fields(generic.parse(_line(FAIRSEQ_JSON, 1)))
+    assert (rec["iteration"], rec["lm_loss"], rec["lr"], rec["grad_norm"], rec["tokens_per_sec"]) == (
+        33700, 8.206, 0.00017226, 1.833, 1195.4)
+    assert rec["elapsed_ms"] == pytest.approx(1000 / 1.62)
+
+
+def test_json_records_of_an_evaluation_or_of_whole_epochs_are_no_steps():
+    assert generic.parse(_line(FAIRSEQ_SUMMARIES, 1)) is None  # valid_ keys, no counter
+    # ``{"epoch": 10, "loss": "3.180", ..., "num_updates": 21497, ...}``, then epoch 11's, ...: one
+    # record per epoch, its summary
+    assert parse_log(REAL / FAIRSEQ_SUMMARIES).to_dict()["iterations"] == []
+    # metaseq's two records of epoch 1 are steps
+    its = parse_log(REAL / METASEQ).to_dict()["iterations"]
+    assert [(r["iteration"], r["lm_loss"]) for r in its] == [(1, 15.878), (2, 15.864)]
+
+
+def test_a_qualified_name_and_a_record_the_log_cuts_off():
+    # ``[batch=1/10]:`` then ``Train memory/allocated_mem: 1.4586`` (GB, no unit printed), ...,
+    # ``Train lr-DecoupledAdamW/group0: 0.0000``; ``[batch=2/10]:`` and two lines, then the log ends
+    d = parse_log(REAL / COMPOSER).to_dict()
+    its = [(r["iteration"], r["train_iters"], r["lm_loss"], r["lr"]) for r in d["iterations"]]
+    assert its == [(1, 10, 11.6153, 0.0), (2, 10, None, None)]
+    assert [round(m["allocated_mb"], 1) for m in d["memory"]] == [round(1.4586e9 / 2**20, 1)]

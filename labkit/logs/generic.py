@@ -219,6 +219,8 @@ def _kind(name: str, qualifier: str = "") -> str | None:
     kind = _NAMES.get(key) or _NAMES.get(key[6:] if key.startswith("train/") else key)
     if _EVAL_PART.search(key + qualifier):  # an evaluation's (``loss/val``, ``valid_loss``)
         return None
+    if kind is None and "/" in key:  # a metric under a group (``optim/lr``, ``throughput/tokens_per_sec``)
+        kind = _NAMES.get(key.rsplit("/", 1)[1])
     if kind is None and key.endswith("loss") and "/" not in key:
         return None if _MEAN.search(key) else "loss"
     if kind == "mem" and qualifier and not qualifier.lower().endswith("mem"):

@@ -19,6 +19,7 @@ SEP = re.compile(r"[ _-]")
 # the counter's names as an object's keys
 _COUNTER_KEYS = frozenset({"global_step", "num_updates", "acc_iter", "step", "iteration", "iter", "it",
                            "batch"})
+_EVAL_GROUP = re.compile(r"(?:val|valid|validation|eval|evaluation|test)/")
 _PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
 _DECODER = json.JSONDecoder()
 # Python's repr of a float that is no number: no literal, so read as None (no number)
@@ -103,8 +104,8 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
     where it names no counter (an evaluation's ``valid_num_updates`` is none)."""
     step = None
     for key, value in obj.items():
-        k = norm(key)
-        if k in _COUNTER_KEYS or k.startswith("train/") and k[6:] in _COUNTER_KEYS:
+        k = norm(key)  # a counter under any group but an evaluation's (``trainer/global_step``)
+        if k.rsplit("/", 1)[-1] in _COUNTER_KEYS and not _EVAL_GROUP.match(k):
             v = number(value)
             if v is not None and v >= 0 and v == int(v):
                 step = int(v)

@@ -94,6 +94,20 @@ def test_a_log_of_torch_elastic_lines_is_a_log(line):
     ("[2023-01-11 16:20:40,393] [INFO] [comm.py:690:mpi_discovery] Discovered MPI settings of world_rank=6, "
      "local_rank=6, world_size=32, master_addr=10.140.57.110, master_port=29500", 32),
     ("[INFO] 2021-09-13 22:17:26,653 run: Using nproc_per_node=2.", None),  # pytorch64926: one node's
+    # https://github.com/facebookresearch/fairseq/issues/940 (2019): the start of fairseq's Namespace line
+    ("Namespace(adam_betas='(0.9, 0.997)', adam_eps=1e-08, adaptive_softmax_cutoff=None, "
+     "adaptive_softmax_dropout=0, arch='transformer_wmt_en_de_big', attention_dropout=0.1, "
+     "bucket_cap_mb=150, clip_norm=25, "
+     "criterion='label_smoothed_cross_entropy', data=['./data/train_data'], ddp_backend='no_c10d', "
+     "decoder_attention_heads=16, decoder_embed_dim=1024, decoder_embed_path=None, "
+     "decoder_ffn_embed_dim=4096, "
+     "decoder_input_dim=1024, decoder_layers=6, decoder_learned_pos=False, decoder_normalize_before=False, "
+     "decoder_output_dim=1024, device_id=0, distributed_backend='nccl', distributed_init_host='localhost', "
+     "distributed_init_method='tcp://localhost:12653', distributed_port=12654, distributed_rank=0, "
+     "distributed_world_size=4, dropout=0.3,", 4),
+    # https://github.com/facebookresearch/fairseq/issues/5382 (2023): a part of fairseq-hydra-train's config
+    ("'distributed_training': {'_name': None, 'distributed_world_size': 4, 'distributed_num_procs': 4, "
+     "'distributed_rank': 0, 'distributed_backend': 'nccl',", 4),
 ])
 def test_the_world_size_is_read_by_what_its_key_counts(line, size):
     assert stated_world_size(line) == size

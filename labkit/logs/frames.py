@@ -30,7 +30,9 @@ _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
 # or a config dump's dots, then a number or a list of numbers. What each key counts:
 WORLD_KEYS = {
     "world_size": "ranks",  # world_size=24, WORLD_SIZE=8, world size: 24, "world_size": 8, DeepSpeed's
-    #                         config dump world_size ........ 32, its mpi_discovery ... world_size=32
+    #                         config dump world_size ........ 32, its mpi_discovery ... world_size=32,
+    #                         a program's flag --world-size 8 / --world_size=8
+    "distributed_world_size": "ranks",  # fairseq's distributed_world_size=8, --distributed-world-size 8
     "world_size_in_use": "ranks",  # ezpz's "WORLD_SIZE_IN_USE": 8
     "global_world_sizes": "ranks",  # torch elastic's rendezvous result: every local worker's world size
     "role_world_sizes": "ranks of one role",  # the world only where the job has one role: not read
@@ -41,20 +43,22 @@ WORLD_KEYS = {
 # (tests/fixtures/logs/real/README.md: the corpus reads them so); dist_world_size= and the WORLD
 # INFO DICT are DeepSpeed's launcher's (deepspeed.py). A stated key is read after what Megatron's
 # own lines and the launcher say (layout_of).
-_WORLD = re.compile(r"(?i)(?<![\w-])(world[_ ]size(?:_in_use)?|(?:global|role)_world_sizes|group_world_size)"
-                    r"[\"']?\s{0,2}(?:[:=]|\s\.{3,80})\s{0,2}[\"']?(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
+_WORLD = re.compile(r"(?i)(?:--|(?<![\w-]))((?:distributed[_-])?world[_ -]size(?:_in_use)?"
+                    r"|(?:global|role)_world_sizes|group_world_size)[\"']?\s{0,2}(?:[:=]|\s\.{3,80}|\s)\s{0,2}[\"']?"
+                    r"(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
 
 
 def stated_world_size(text: str) -> int | None:
     """The world size a line states by a key of WORLD_KEYS that counts ranks (a list of sizes
     gives its value where every entry agrees), else None."""
     for m in _WORLD.finditer(text):
-        if WORLD_KEYS[m.group(1).lower().replace(" ", "_")] != "ranks":
+        if WORLD_KEYS[re.sub("[ -]", "_", m.group(1).lower())] != "ranks":
             continue
         sizes = set(re.findall(r"\d{1,7}", m.group(2)))
         if len(sizes) == 1:
             return int(sizes.pop())
     return None
+
 
 # torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (a name
 # not in it is a dimension of size 1)

@@ -86,7 +86,7 @@ _NAMES = {
     "wps": "tok",  # words: fairseq's target tokens
     "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
     "grad_norm": "grad_norm", "norm": "grad_norm", "gnorm": "grad_norm", "gradient_norm": "grad_norm",
-    "loss_scale": "loss_scale",
+    "loss_scale": "loss_scale", "scale": "loss_scale",
     "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
     "max_mem": "mem", "peak_mem": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
 }
@@ -100,6 +100,9 @@ _NAME = re.compile(r"(?<![\w/])(?:train/)?("  # verl's train/lr as lr
                                      reverse=True))
                    + r"|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|_per_)(?:device|gpu|chip|accelerator))?"
                    r"((?:[-/][a-z0-9]\w{0,30}){0,3})(?![\w/])", re.IGNORECASE)
+# the loss that wins where several are printed (``loss: X, lm_loss: Y``: Y, the loss without
+# auxiliary terms; ``aux_loss: A, total_loss: T``: T)
+_MAIN_LOSS = re.compile(r"(?:total|overall|lm)_")
 # a loss that is no step's own: a running mean
 _MEAN = re.compile(r"(?i)running|average|avg|mean|ema|smooth")
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
@@ -210,7 +213,7 @@ def _loss(rec: dict[str, Any]) -> bool:
 def _is_record(rec: dict[str, Any]) -> bool:
     # a loss scale or memory alone ("checkpoint at step 500, loss scale 65536") is no step record
     return bool(set(rec) - {"iteration", "train_iters", "loss_scale", "_memory", "_derived", "_epoch",
-                            "_object"})
+                            "_object", "_main"})
 
 
 def _kind(name: str, qualifier: str = "") -> str | None:
@@ -284,6 +287,8 @@ def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, 
             rec["_memory"] = ("max_allocated_mb" if peak else "allocated_mb", v * _MIB[unit])
     elif kind == "loss":
         rec.setdefault("_loss", v)
+    elif kind == "lm_loss" and _MAIN_LOSS.match(name) and "_main" not in rec:
+        rec["lm_loss"], rec["_main"] = v, True  # the total where a record prints its parts too
     elif kind == "mfu" and v < 0:  # a placeholder before the loop has measured one (-100): no number
         rec.setdefault(kind, None)
     elif unit in (None, "%") or kind == "tflops_per_gpu":

@@ -93,6 +93,7 @@ def norm(name: str) -> str:
 
 def settle(rec: dict[str, Any]) -> None:
     """A loss of a name out of the vocabulary (``_loss``) is the loss where no name of it gives one."""
+    rec.pop("_main", None)
     other = rec.pop("_loss", None)
     if other is not None:
         rec.setdefault("lm_loss", other)

@@ -32,6 +32,35 @@ CUT = ["submitit ERROR (2021-03-15 18:45:40,210) - Submitted job triggered an ex
        '    "__main__", mod_spec)',
        '  File "/private/home/sdascoli/.conda/envs/bert/lib/python3.7/runpy.py", line 85, in _run_code',
        "    exec(code, run_globals)"]
+# https://github.com/huggingface/accelerate/issues/157: a traceback ending in a CUDA error, then a second
+# one the excerpt cuts before its exception line
+TWO_TRACEBACKS = [
+    'Traceback (most recent call last):',
+    '  File "train.py", line 116, in <module>',
+    '    args.bucket, args.batch_size, args.max_len, args.epochs)',
+    '  File "train.py", line 81, in main',
+    '    accelerator, step, batch_size * max_len)',
+    '  File "train.py", line 28, in train',
+    '    optimizer.step()',
+    '  File "/opt/conda/lib/python3.7/site-packages/accelerate/optimizer.py", line 119, in step',
+    '    self.optimizer.step(closure)',
+    '  File "/opt/conda/lib/python3.7/site-packages/torch/optim/optimizer.py", line 88, in wrapper',
+    '    return func(*args, **kwargs)',
+    '  File "/home/hadaev99/stress_model/DemonRangerOptimizer/optimizers.py", line 471, in step',
+    "    torch.ones_like(p.data) - group['dropout'])",
+    'RuntimeError: CUDA error: unspecified launch failure',
+    'CUDA kernel errors might be asynchronously reported at some other API call,so the stacktrace below might '
+    'be incorrect.',
+    'For debugging consider passing CUDA_LAUNCH_BLOCKING=1.',
+    'Traceback (most recent call last):',
+    '  File "train.py", line 116, in <module>',
+    '    args.bucket, args.batch_size, args.max_len, args.epochs)',
+    '  File "train.py", line 81, in main',
+    '    accelerator, step, batch_size * max_len)',
+    '  File "train.py", line 26, in train',
+    '    accelerator.backward(loss)',
+    '  File "/opt/conda/lib/python3.7/site-packages/accelerate/accelerator.py", line 401, in backward',
+]
 # torchelastic_2022_ray_commandactor_pid_prefix_rendezvous_result_world_size_2_torchx492.txt
 RAY = ("ray/0 (CommandActor pid=494406) INFO:torch.distributed.elastic.agent.server.api:[] Starting worker "
        "group")
@@ -133,3 +162,8 @@ def test_a_traceback_cut_before_its_exception_line_is_an_exception():
     # with its exception line the traceback is that exception
     whole = parse_lines([*CUT, "ValueError: x"])
     assert [(f.kind, f.message) for f in whole.failure_records] == [("python_exception", "ValueError: x")]
+
+
+def test_a_cut_traceback_beside_a_reported_failure_is_that_failures():
+    p = parse_lines(TWO_TRACEBACKS)
+    assert [(f.kind, f.line) for f in p.failure_records] == [("cuda_error", 14)]

@@ -83,6 +83,7 @@ _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Brok
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
+_SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
 _FAILED_NODE = "Slurm: node "  # how a message naming the node that failed begins
 _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
                  "NODE_FAIL": "node_failure"}
@@ -347,11 +348,15 @@ class FailureScanner:
             self.add(exception_failure(exc, line.rank, line.lineno))  # no specific rule explains it
 
     def close(self) -> None:
-        """The end of the log: a traceback still open was cut before its exception line, which
-        the log does not show; an exception was raised all the same (its last frame is told),
-        unless a launcher reported a failed worker: then it is the launcher's, raising that."""
+        """The end of the log: a traceback still open was cut before its exception line, which the
+        log does not show. Where the log reports a process's failure elsewhere (an exception, a CUDA
+        error, an OOM, a launcher's failed worker), the cut traceback is taken for that failure's
+        (ranks and launchers print one failure more than once); alone, it is an exception of its
+        own (its last frame is told)."""
         cut = self._tb.cut()
-        for rank, start, frame in cut if not any(f.kind == "child_failed" for f in self.failures) else ():
+        if any(f.kind not in _SCHEDULER for f in self.failures):
+            cut = []
+        for rank, start, frame in cut:
             msg = "a traceback the log cuts before its exception line" + (f" (last frame: {frame})"
                                                                            if frame else "")
             self.add(Failure("python_exception", rank, start, _short(msg), HINTS["python_exception"],

@@ -49,8 +49,8 @@ TWO_TRACEBACKS = [
     '  File "/home/hadaev99/stress_model/DemonRangerOptimizer/optimizers.py", line 471, in step',
     "    torch.ones_like(p.data) - group['dropout'])",
     'RuntimeError: CUDA error: unspecified launch failure',
-    'CUDA kernel errors might be asynchronously reported at some other API call,so the stacktrace below might '
-    'be incorrect.',
+    'CUDA kernel errors might be asynchronously reported at some other API call,so the stacktrace below '
+    'might be incorrect.',
     'For debugging consider passing CUDA_LAUNCH_BLOCKING=1.',
     'Traceback (most recent call last):',
     '  File "train.py", line 116, in <module>',

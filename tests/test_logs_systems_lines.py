@@ -83,6 +83,22 @@ TITAN = ("[rank0]:[titan] 2025-05-28 21:11:37,626 - root - INFO - Trainer is ini
 NEMO = ("0: [NeMo E 2023-01-18 07:39:42 exp_manager:423] You are running multi-node training without SLURM "
         "handling the processes. Please note that this is not tested in NeMo and could result in errors.")
 
+# Python logging headers of other loops: icefall_valle_2023_epoch_batch_train_loss_brackets_lr_valle110.txt,
+# albert_tf2_2020_mpirun_tag_logging_train_step_loss_it_s_dlmodels45.txt,
+# vissl_2021_log_hooks_rank_semicolon_iter_lr_loss_btime_peak_mem_vissl480.txt (corpus logs);
+# https://github.com/XuezheMax/apollo/issues/4 (fairseq 2020, ``TS | LEVEL | name | ``) and
+# https://github.com/facebookresearch/fairseq/issues/5382 (hydra's ``[TS][name][LEVEL] - ``); the icefall,
+# fairseq and hydra lines are their starts
+ICEFALL = ("2023-05-01 13:03:54,309 INFO [trainer.py:757] Epoch 1, batch 164100, train_loss[loss=2.413, "
+           "ArTop10Accuracy=0.7735, over 4777.00 frames. ]")
+ALBERT = ("[1,0]<stdout>:2020-12-23 23:07:21,094 __main__    : INFO     Train step 1040 -- Loss: 11.174, "
+          "MLM: 10.479, SOP: 0.695, MLM_acc: 0.000, SOP_acc: 0.521 -- It/s: 1.69")
+VISSL = ("INFO 2021-12-02 18:52:20,806 log_hooks.py: 277: Rank: 0; [ep: 0] iter: 57; lr: 0.71785; loss: "
+         "2.94718; btime(ms): 192; eta: 0:00:08; peak_mem(M): 4176;")
+FAIRSEQ = ("2020-10-18 02:33:50 | INFO | fairseq.distributed_utils | distributed init (rank 0): "
+           "tcp://localhost:17289")
+HYDRA = "[2023-11-20 19:55:49,758][fairseq_cli.train][INFO] - {'_name': None, 'common': {'_name': None,"
+
 
 @pytest.mark.parametrize("line, text, logger", [
     (ELASTIC, "[default] Worker group FAILED. 3/3 attempts left; will restart worker group",
@@ -94,6 +110,11 @@ NEMO = ("0: [NeMo E 2023-01-18 07:39:42 exp_manager:423] You are running multi-n
     (GLOG, "[default] Stopping worker group", "torch.distributed.elastic.agent.server.api"),  # glog's path
     (TITAN, TITAN.split(" - INFO - ")[1], "titan root"),  # every logger named, outermost first
     (NEMO, NEMO.split("] ")[1], "NeMo"),
+    (ICEFALL, ICEFALL.split("] ", 1)[1], "trainer.py"),
+    (ALBERT, ALBERT.split("INFO     ")[1], "__main__"),
+    (VISSL, VISSL.split("277: ")[1], "log_hooks.py"),
+    (FAIRSEQ, FAIRSEQ.split("utils | ")[1], "fairseq.distributed_utils"),
+    (HYDRA, HYDRA.split("] - ")[1], "fairseq_cli.train"),
 ])
 def test_a_logging_prefix_is_taken_off_and_names_its_logger(line, text, logger):
     got = clean_line(line)

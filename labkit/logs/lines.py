@@ -23,7 +23,10 @@ process printed, plus the rank the wrapper told us about:
                           a logger's name in brackets before a time stamp (``[titan] 2025-...``),
                           ``[NeMo I 2024-01-01 10:00:00 file:12] ``, nanotron's
                           ``[INFO|DP=0|PP=0|TP=0]:``, OLMo's ``[olmo.train:816, rank=0]``,
-                          ezpz's ``[I][ezpz/dist:772:setup]``
+                          ezpz's ``[I][ezpz/dist:772:setup]``; fairseq's and loguru's fields
+                          between pipes (``| INFO | fairseq.trainer | ``), hydra's
+                          ``[fairseq_cli.train][INFO] - ``, ``__main__    : INFO     ``, a Python
+                          file's place (``[trainer.py:757] ``, ``log_hooks.py: 277: ``)
 
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. The logger names a
 prefix states are kept (``Line.logger``): they say which tool printed a line whose own words do
@@ -57,7 +60,7 @@ _TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d(?::\d\d(?:[.,:
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)"
 # One prefix at the start of a line; each alternative is bounded, so no backtracking blow-up.
 _PREFIX = re.compile(
-    r"(?:\[rank ?(?P<r2>\d{1,6})\]:? ?"                          # [rank3]: (torch), [rank 3] (picotron)
+    r"(?:\[rank:? ?(?P<r2>\d{1,6})\]:? ?"      # [rank3]: (torch), [rank 3] (picotron), [rank: 0] (Lightning)
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
     r"|\[[A-Za-z_][\w-]{0,31}\|(?P<r6>\d{1,6})\]: ?"           # TorchX [trainer0|3]:
     r"|\[\d{1,6},(?:mpirank:)?(?P<r3>\d{1,6})(?:,[\w.-]{1,80})?\]<std(?:out|err)>: ?"  # Open MPI
@@ -74,6 +77,11 @@ _PREFIX = re.compile(
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
     r"|\[" + _LEVEL + r"\] " + _TS + r" (?P<lg1>[\w.]{1,60}): "        # [INFO] 2021-09-13 22:18:26,678 api:
     r"|(?P<lg2>[\w.]{1,60}) " + _LEVEL + r" (?=[\[(]\d{4}-)"          # submitit WARNING (2021-03-15 ...) -
+    r"|\s{0,4}" + _LEVEL + r"\s{0,8}\| (?:(?P<lg8>[\w.<>]{1,80}(?::[\w.<>]{1,60}){0,2})(?:\s{0,8}\| | - ))?"
+    #                                 fairseq's INFO | fairseq.trainer | , loguru's INFO  | __main__:main:12 -
+    r"|\[(?P<lg9>[\w.<>-]{1,80})\]\[" + _LEVEL + r"\](?: - |: | )"   # hydra's [fairseq_cli.train][INFO] -
+    r"|(?P<lg10>[\w.<>]{1,80})\s{1,20}: " + _LEVEL + r"\s{1,8}"       # __main__    : INFO
+    r"|\[?(?P<lg11>[\w-]{1,80}\.py):\s?\d{1,7}(?:\] |: )"          # [trainer.py:757] , log_hooks.py: 277:
     r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::(?P<lg3>[\w.]{1,60}):| [-|] |: | )"  # [INFO] , INFO: , ERROR:root:
     r"|(?:- )?(?P<lg4>[\w.]{1,60}) - " + _LEVEL + r" - "          # Python logging: - root - INFO -
     r"|\[(?P<lg6>[\w.-]{1,40}) [IWEDC] [^\]\n]{0,160}\] "              # [NeMo I 2024-01-01 ... file:12]
@@ -84,6 +92,7 @@ _PREFIX = re.compile(
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
 )
+_LOGGERS = ("lg1", "lg2", "lg3", "lg4", "lg6", "lg7", "lg8", "lg9", "lg10", "lg11")
 # A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
 # message's prefix was glued to it (``...| 26/101 [06:45<17:27, 13.96s/it][trainer0|0]:``).
 _GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
@@ -125,8 +134,9 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
                 break
         else:
             host = m.group("host") or m.group("pod") or m.group("ray") or host
-            name = (m.group("lg1") or m.group("lg2") or m.group("lg3") or m.group("lg4") or m.group("lg6")
-                    or m.group("lg7") or (m.group("lg5") or "").removesuffix(".py").replace("/", "."))
+            name = next((m.group(g) for g in _LOGGERS if m.group(g)), None)
+            if m.group("lg5"):  # a glog path: torch/distributed/elastic/agent/server/api.py
+                name = m.group("lg5").removesuffix(".py").replace("/", ".")
             if name:
                 logger = f"{logger} {name}" if logger else name
         text = text[m.end():]

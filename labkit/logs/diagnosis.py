@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from labkit.logs.failures import HINTS, Failure, rank_failures
+from labkit.logs.failures import HINTS, Failure
 from labkit.logs.megatron import _TIMESTAMP, parse_iteration
 from labkit.logs.parse import parse_lines, parse_log
+from labkit.logs.ranking import rank_failures
 
 # Slurm's final state -> the failure kind it implies when the log itself is silent.
 _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL": "node_failure",

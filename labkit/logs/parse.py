@@ -20,7 +20,7 @@ import pandas as pd
 
 from labkit.errors import LabkitError
 from labkit.logs import deepspeed, fastscan, generic, loops, megatron, nccl, nccltests
-from labkit.logs.failures import Failure, FailureScanner, rank_failures
+from labkit.logs.failures import Failure, FailureScanner
 from labkit.logs.findings import Seen
 from labkit.logs.frames import (
     ITER_COLUMNS,
@@ -32,6 +32,7 @@ from labkit.logs.frames import (
     plain_records,
 )
 from labkit.logs.lines import Line, iter_file, split_glued
+from labkit.logs.ranking import rank_failures
 from labkit.logs.scan import feed_file, feed_lines
 
 MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",

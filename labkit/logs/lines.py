@@ -82,8 +82,8 @@ _PREFIX = re.compile(
     r"|\[(?P<lg9>[\w.<>-]{1,80})\]\[" + _LEVEL + r"\](?: - |: | )"   # hydra's [fairseq_cli.train][INFO] -
     r"|(?P<lg10>[\w.<>]{1,80})\s{1,20}: " + _LEVEL + r"\s{1,8}"       # __main__    : INFO
     r"|\[?(?P<lg11>[\w-]{1,80}\.py):\s?\d{1,7}(?:\] |: )"          # [trainer.py:757] , log_hooks.py: 277:
-    r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::(?P<lg3>[\w.]{1,60}):| [-|] |: | )"  # [INFO] , INFO: , ERROR:root:
-    r"|(?:- )?(?P<lg4>[\w.]{1,60}) - " + _LEVEL + r" - "          # Python logging: - root - INFO -
+    r"|\s{0,4}\[?" + _LEVEL + r"\]?(?::(?P<lg3>[\w.]{1,120}):| [-|] |: | )"  # [INFO] , INFO: , ERROR:root:
+    r"|(?:- )?(?P<lg4>[\w.]{1,120}) - " + _LEVEL + r" - "          # Python logging: - root - INFO -
     r"|\[(?P<lg6>[\w.-]{1,40}) [IWEDC] [^\]\n]{0,160}\] "              # [NeMo I 2024-01-01 ... file:12]
     r"|\[(?P<lg7>[A-Za-z][\w.-]{0,39})\] (?=[\[(]?\d{4}[-/]\d\d[-/])"    # a logger's name: [titan] 2025-...
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]

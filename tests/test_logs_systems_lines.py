@@ -180,6 +180,10 @@ def test_a_traceback_cut_before_its_exception_line_is_an_exception():
     p = parse_lines(CUT)
     assert [(f.kind, f.line) for f in p.failure_records] == [("python_exception", 2)]
     assert "runpy.py\", line 85, in _run_code" in p.failure_records[0].message
+    # told after what the log states: a scheduler's end above it comes first
+    slurm = ["slurmstepd: error: *** JOB 37361369 ON learnfair5146 CANCELLED AT 2021-03-15T18:00:46 DUE TO "
+             "PREEMPTION ***", *CUT]
+    assert [f.kind for f in parse_lines(slurm).failure_records] == ["preempted", "python_exception"]
     # with its exception line the traceback is that exception
     whole = parse_lines([*CUT, "ValueError: x"])
     assert [(f.kind, f.message) for f in whole.failure_records] == [("python_exception", "ValueError: x")]

@@ -35,7 +35,7 @@ class Failure:
     message: str
     hint: str
     count: int = 1
-    evidence: str = "log"  # "log" | "signal" (inferred from exit -9) | "state" (from Slurm)
+    evidence: str = "log"  # "log" | "signal" (from exit -9) | "state" (Slurm) | "comm" | "cut"
     key: str = field(default="", repr=False)
 
     def to_dict(self) -> dict:
@@ -352,7 +352,7 @@ class FailureScanner:
         log does not show. Where the log reports a process's failure elsewhere (an exception, a CUDA
         error, an OOM, a launcher's failed worker), the cut traceback is taken for that failure's
         (ranks and launchers print one failure more than once); alone, it is an exception of its
-        own (its last frame is told)."""
+        own (its last frame is told), ranked after what the log states (a scheduler's end)."""
         cut = self._tb.cut()
         if any(f.kind not in _SCHEDULER for f in self.failures):
             cut = []
@@ -360,5 +360,5 @@ class FailureScanner:
             msg = "a traceback the log cuts before its exception line" + (f" (last frame: {frame})"
                                                                            if frame else "")
             self.add(Failure("python_exception", rank, start, _short(msg), HINTS["python_exception"],
-                             key=f"exc:cut:{start}"))
+                             evidence="cut", key=f"exc:cut:{start}"))
         self._records = ErrorRecords()

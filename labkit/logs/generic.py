@@ -325,6 +325,8 @@ class Records(list):
 def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
     recs, text = col.generic, line.text
+    if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
+        return
     if recs.held is not None:
         if recs.wrap:  # (a line with a counter, where the record has one, is a new record)
             more = _WRAPPED.match(text) and not (_COUNTER.search(text) and _COUNTER.search(recs.held))

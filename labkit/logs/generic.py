@@ -11,13 +11,15 @@ The counter: named (``step``, ``global step``, ``num_updates``, ``iteration``, `
 ``batch``; any case) then ``:``, ``=``, ``#``, ``|``, ``,``, blanks or a bracket and a whole number or
 ``N/M`` (M the steps planned); or a batch within an epoch (``Epoch: [1]  [1480/1504]``, ``[1/3][
 49/323]``, ``Train:  1/3 ( 33%) [ 49/323 ( 15%)]``, ``| epoch   1 |   200/ 2983 batches``), the
-step then the batches since the run's start (its epochs from 0 where the log prints an epoch 0),
+step then the batches since the run's start (its epochs from 0 where the log prints an epoch 0;
+no record where another reader numbers the log's steps, as DeepSpeed's ``step=N``),
 and a named counter after such a header the step, the metrics on both sides of it; or, with no
 name, the number(s) a line starts with, where it names a loss (``1|25|Loss: 1.26``). A metric is
 read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``, ``lr 3e-4``) or
 ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``); a name may be qualified
 (``lr-DecoupledAdamW/group0``, ``memory/peak_allocated_mem``, ``tokens/s/gpu``). A JSON object or
-Python dict anywhere in the line (records.py) is read by the same vocabulary, its keys the names.
+Python dict anywhere in the line (records.py) is read by the same vocabulary, its keys the names
+(objects that each name another epoch are the epochs' summaries, no steps).
 
 Names (``_NAMES``; ``_``, ``-`` and blanks alike) -> columns, the corpus rules of
 tests/fixtures/logs/real/README.md: a loss (``loss``, ``lm loss``, ``train_loss``, ``total_loss``,

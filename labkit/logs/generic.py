@@ -71,37 +71,22 @@ _EPOCH = re.compile(r"(?i)(?:(?<![\w/.-])(?:epoch(?:\(\w{1,12}\))?|train)\s{0,4}
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
 _LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
                       r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))")
-# names, ``_``, ``-`` and blanks alike (``learning rate``, ``learning_rate``, ``learning-rate``)
-_NAMES = {
-    "loss": "lm_loss", "lm_loss": "lm_loss", "train_loss": "lm_loss", "training_loss": "lm_loss",
-    "total_loss": "lm_loss", "loss/train/total": "lm_loss", "reduced_train_loss": "lm_loss",
-    "train/loss": "lm_loss", "loss/train": "lm_loss", "step_loss": "lm_loss", "batch_loss": "lm_loss",
-    "iter_loss": "lm_loss",
-    "lr": "lr", "learning_rate": "lr",
-    "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
-    "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
-    "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
-    "data_time": "none", "data": "none", "forward_time": "none", "backward_time": "none",
-    "ups": "ups",  # updates per second: the step time is its inverse
-    "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
-    "tok/s": "tok", "tok/sec": "tok", "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok", "tps": "tok",
-    "wps": "tok",  # words: fairseq's target tokens
-    "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
-    "grad_norm": "grad_norm", "norm": "grad_norm", "gnorm": "grad_norm", "gradient_norm": "grad_norm",
-    "loss_scale": "loss_scale", "scale": "loss_scale",
-    "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
-    "max_mem": "mem", "peak_mem": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
-}
+_NAMES = records.NAMES
+# an abbreviated counter starting a line that names a loss (llm.c's ``s:0 trl:10.9 lr:0.000001``)
+_ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")
+# a range of batches a record averages (ESPnet2's ``16epoch:train:2626-3000batch:``): the step is its last
+_RANGE = re.compile(r"(?<![\w.-])\d{1,12}-(\d{1,12})\s{0,2}"
+                    r"(?i:batch(?:es)?|iter(?:ation)?s?|steps?)(?![a-z])")
 _SEP = records.SEP
 _norm = records.norm
 _PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
 # a name of the vocabulary, or any name ending in ``loss`` (``closs``, ``mlm_loss``); then a
 # device (``/gpu``, ``_per_device``) and qualifiers (``lr-DecoupledAdamW/group0``, ``memory/peak_mem``)
-_NAME = re.compile(r"(?<![\w/])(?:train/)?("  # verl's train/lr as lr
+_NAME = re.compile(r"(?:(?<![\w/])|(?<=\d)(?=seconds))(?:train/)?("  # verl's train/lr as lr
                    + "|".join(sorted((_SEP.sub("[ _-]", re.escape(n)) for n in _NAMES), key=len,
                                      reverse=True))
                    + r"|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|_per_)(?:device|gpu|chip|accelerator))?"
-                   r"((?:[-/][a-z0-9]\w{0,30}){0,3})(?![\w/])", re.IGNORECASE)
+                   r"((?:_\d{1,2})?(?:[-/][a-z0-9]\w{0,30}){0,3})(?![\w/])", re.IGNORECASE)  # lr_0: group 0
 # the loss that wins where several are printed (``loss: X, lm_loss: Y``: Y, the loss without
 # auxiliary terms; ``aux_loss: A, total_loss: T``: T)
 _MAIN_LOSS = re.compile(r"(?:total|overall|lm)_")
@@ -109,7 +94,7 @@ _MAIN_LOSS = re.compile(r"(?:total|overall|lm)_")
 _MEAN = re.compile(r"(?i)running|average|avg|mean|ema|smooth")
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
-_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2}))\)\s{0,2})?[:=]?\s{0,4}("
+_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2}))\)\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
                     + _NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
 _BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
 _MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
@@ -125,7 +110,7 @@ _DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?\s{0,4}[:=]")
 
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
 _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
-                        "tflops_per_gpu", "grad_norm"})
+                        "tflops_per_gpu", "grad_norm", "samples_per_sec"})
 # a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
 # loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
@@ -189,8 +174,12 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         rec = {"iteration": (epoch - first) * int(e.group(4)) + int(e.group(3)), "_derived": True}
         rest = text[e.end():]
         _metrics(rest, rec, units)
+    elif (r := _RANGE.search(text)) is not None:  # a range of batches: its last, as a batch count
+        rec = {"iteration": int(r.group(1)), "_derived": True}
+        rest = text[r.end():]
+        _metrics(rest, rec, units)
     else:
-        m = _LEADING.match(text)
+        m = _LEADING.match(text) or _ABBREV.match(text)
         if m is None:
             return None
         rec = {"iteration": int(m.group(1))}
@@ -240,6 +229,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
     for m in _NAME.finditer(text):
         name, per_device, qualifier = m.group(1), m.group(2), m.group(3)
         kind = _kind(name, qualifier)
+        if kind == "lm_loss" and qualifier[:1] == "/":  # a term (``loss/occ/loss_occ``): the record's
+            kind = "loss"  # own ``loss:`` wins, as any name ending in loss
         if kind is None:
             continue
         a = _AFTER.match(text, m.end())
@@ -277,6 +268,8 @@ def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, 
             rec.setdefault("elapsed_ms", v * 1000.0)
         elif unit == "ms":
             rec.setdefault("elapsed_ms", v)
+    elif kind == "smp":
+        rec.setdefault("samples_per_sec", v)
     elif kind == "ups":
         if v > 0:  # 0: nothing measured yet
             rec.setdefault("elapsed_ms", 1000.0 / v)

@@ -18,9 +18,36 @@ from typing import Any
 SEP = re.compile(r"[ _-]")
 # the counter's names as an object's keys
 _COUNTER_KEYS = frozenset({"global_step", "num_updates", "acc_iter", "step", "iteration", "iter", "it",
-                           "batch"})
+                           "batch", "current_steps", "current_step"})
+# the steps planned (LLaMA-Factory's trainer_log.jsonl: ``"current_steps": 10, "total_steps": 1287``)
+_TOTAL_KEYS = ("total_steps", "max_steps", "total_iters", "train_iters")
 _EVAL_GROUP = re.compile(r"(?:val|valid|validation|eval|evaluation|test)/")
 _PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
+# names, ``_``, ``-`` and blanks alike (``learning rate``, ``learning_rate``, ``learning-rate``)
+NAMES = {
+    "loss": "lm_loss", "lm_loss": "lm_loss", "train_loss": "lm_loss", "training_loss": "lm_loss",
+    "total_loss": "lm_loss", "loss/train/total": "lm_loss", "reduced_train_loss": "lm_loss",
+    "train/loss": "lm_loss", "loss/train": "lm_loss", "step_loss": "lm_loss", "batch_loss": "lm_loss",
+    "iter_loss": "lm_loss", "losses": "lm_loss",  # the sum of the terms a loop names (NLUT's)
+    "trl": "lm_loss",  # llm.c's main.log abbreviates (``s:0 trl:10.9 lr:... norm:...``; ``tel``: eval)
+    "lr": "lr", "learning_rate": "lr",
+    "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
+    "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
+    "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
+    "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
+    "data_time": "none", "data": "none", "forward_time": "none", "backward_time": "none",
+    "samples/s": "smp", "samples/sec": "smp", "samples/second": "smp", "samples_per_second": "smp",
+    "records/s": "smp", "records/second": "smp",  # BigDL's ``Throughput is N records/second``
+    "ups": "ups",  # updates per second: the step time is its inverse
+    "tokens_per_second": "tok", "tokens_per_sec": "tok", "tokens/s": "tok", "tokens/sec": "tok",
+    "tok/s": "tok", "tok/sec": "tok", "tokens/gpu/sec": "tok", "tokens/gpu/s": "tok", "tps": "tok",
+    "wps": "tok",  # words: fairseq's target tokens
+    "mfu": "mfu", "tflop/s": "tflops_per_gpu", "tflops": "tflops_per_gpu",
+    "grad_norm": "grad_norm", "norm": "grad_norm", "gnorm": "grad_norm", "gradient_norm": "grad_norm",
+    "loss_scale": "loss_scale", "scale": "loss_scale",
+    "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
+    "max_mem": "mem", "peak_mem": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
+}
 _DECODER = json.JSONDecoder()
 # Python's repr of a float that is no number: no literal, so read as None (no number)
 _NOT_A_NUMBER = re.compile(r"(?<![\w'\"])-?(?:nan|inf)(?![\w'\"])")
@@ -114,6 +141,9 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
     if step is None:
         return None
     rec: dict[str, Any] = {"iteration": step, "_object": True}
+    total = next((number(obj[k]) for k in _TOTAL_KEYS if k in obj), None)
+    if total is not None and total >= step and total == int(total):
+        rec["train_iters"] = int(total)
     epoch = number(obj.get("epoch"))
     if epoch is not None:
         rec["_epoch"] = epoch

@@ -197,6 +197,17 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     return rec if _is_record(rec) else None
 
 
+def fields(text: str) -> dict[str, Any]:
+    """The counter and the named metrics of ``text``, wherever they sit: a step's record glued
+    after a progress bar that names the step (NeMo's DLLogger line ``DLL ... - 0 reduced_train_loss :
+    12.94...  lr : 0.0  global_step : 0.0  ...  grad_norm : 14.86...``)."""
+    m = _COUNTER.search(text)
+    rec = _metrics(text, {"iteration": int(m.group(1))} if m else {})
+    settle(rec)
+    rec.pop("_memory", None)
+    return rec
+
+
 def _loss(rec: dict[str, Any]) -> bool:
     return "lm_loss" in rec or "_loss" in rec
 

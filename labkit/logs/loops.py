@@ -193,6 +193,13 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     column, MiB), or None."""
     if "num_updates" in text or "loss=" in text:
         rec = _fairseq(text) if "global_step=" not in text else _lightning(text)
+        if rec is not None and "global_step=" in text:  # a bar's postfix is tqdm's rounded copy: the
+            end = text.find("]", text.rfind("global_step="))  # step's record glued after it wins
+            own = generic.fields(text[end + 1:]) if end >= 0 else {}
+            if own.get("iteration") == rec["iteration"] and own.get("lm_loss") is not None:
+                rec.update({k: v for k, v in own.items() if not k.startswith("_")}, _exact=True)
+            else:
+                rec["_bar"] = True
         if rec is not None:
             return rec
     m = _DASHED.match(text) if "|" in text else None
@@ -240,6 +247,15 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     if rec.get("lm_loss") == -1.0:  # torchtitan: a pipeline stage without the loss prints -1
         rec["lm_loss"] = None
     return rec if "lm_loss" in rec else None
+
+
+def redrawn(col: Any, rec: dict[str, Any]) -> bool:
+    """Whether ``rec`` is a progress bar's rounded copy of a step whose own record (glued after a
+    bar) was read already: tqdm redraws its last bar when it closes. Takes the record's marks."""
+    exact, bar = rec.pop("_exact", False), rec.pop("_bar", False)
+    if exact:
+        col.exact_steps.add(rec["iteration"])
+    return bar and rec["iteration"] in col.exact_steps
 
 
 def _lightning(text: str) -> dict[str, Any] | None:

@@ -121,6 +121,7 @@ class _Collector:
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
         self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
         self.loop_iters = 0
+        self.exact_steps: set[int] = set()  # steps read from a record glued after a progress bar
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
@@ -158,6 +159,8 @@ class _Collector:
         self._safe(line)
 
     def _add_iteration(self, rec: dict[str, Any]) -> None:
+        if ("_bar" in rec or "_exact" in rec) and loops.redrawn(self, rec):
+            return
         self.n_iters += 1
         if self.fast_rows:  # keep the records in log order
             self._pack_fast()

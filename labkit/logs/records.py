@@ -35,6 +35,7 @@ NAMES = {
     "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
+    "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)
     "data_time": "none", "data": "none", "forward_time": "none", "backward_time": "none",
     "samples/s": "smp", "samples/sec": "smp", "samples/second": "smp", "samples_per_second": "smp",
     "records/s": "smp", "records/second": "smp",  # BigDL's ``Throughput is N records/second``

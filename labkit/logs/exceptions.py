@@ -38,7 +38,11 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.){0,100000}"')
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Failure|Warning)\b")
 _DECODER = json.JSONDecoder()
 _MAX_LINES = 400  # a record this long is no error record (a config dump): closed
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?::\s?(.{0,2000}))?$")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
+# An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
+# exception line of where it was raised follow (Ray's ``ray.exceptions.RayTaskError(ImportError):
+# ray::Actor.method() (pid=..)`` then the task's ``File`` lines and ``ImportError: ...``): the
+# traceback goes on to the wrapped exception's line.
 
 
 def _exception_of(key: str, value: str) -> str | None:
@@ -155,9 +159,12 @@ class Tracebacks:
             if text.lstrip().startswith("File "):
                 self.frame[src] = text.strip()
             return None
+        m = _EXC_LINE.match(text)
+        if m is not None and m.group(2):
+            return None  # a wrapper of an exception raised elsewhere: its frames follow
         del self.open[src]
         self.frame.pop(src, None)
-        return text if _EXC_LINE.match(text) else None
+        return text if m is not None else None
 
     def cut(self) -> list[tuple[int | None, int, str | None]]:
         """The tracebacks the log ends inside, as (rank, first line, last frame); none open after."""

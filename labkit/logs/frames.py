@@ -17,12 +17,16 @@ _ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "pipe_parallel_size": "pp",  # Megatron-DeepSpeed
                "data_parallel_size": "dp", "context_parallel_size": "cp"}
 
-# Megatron's parallel sizes as flags on a command line a launcher or script echoes: DeepSpeed's
-# ``spawned with command: ['python', ..., '--tensor-model-parallel-size', '2', ...]``, a shell's
-# ``+ torchrun ... --pipeline-model-parallel-size=4``, NeMo's ``model.tensor_model_parallel_size=2``,
-# Megatron v1's and gpt-neox's ``--model-parallel-size`` (tensor parallel).
-_FLAG = re.compile(r"(?:--|\bmodel\.)(tensor[-_]model|pipeline[-_]model|context|model)[-_]parallel[-_]size"
-                   r"""(?:=|['"]?,?[ \t]{1,4}['"]?)(\d{1,6})(?![\d.])""")
+# Megatron's parallel sizes by their names, as flags or keys, wherever a line states them: flags on a
+# command line a launcher or script echoes (DeepSpeed's ``spawned with command: ['python', ...,
+# '--tensor-model-parallel-size', '2', ...]``, a shell's ``+ torchrun ... --pipeline-model-parallel-size=4``,
+# NeMo's ``model.tensor_model_parallel_size=2``), and the same names as keys of a config NeMo, MLPerf,
+# verl or a YAML dump prints (``tensor_model_parallel_size: 4``, ``'context_parallel_size': 1,``, a
+# printed TransformerConfig's ``tensor_model_parallel_size=2``). ``--model-parallel-size`` (Megatron v1,
+# gpt-neox) is tensor parallel only as a flag: NeMo's model_parallel_size key is TP x PP.
+_FLAG = re.compile(r"""(?:--|\bmodel\.|(?<![\w.-])['"]?)(tensor[-_]model|pipeline[-_]model|context|model)"""
+                   r"""[-_]parallel[-_]size(?:['"]?\s{0,2}[=:]|['"]?,?[ \t]{1,4})\s{0,4}['"]?"""
+                   r"(\d{1,6})(?![\d.])")
 _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
 _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
@@ -63,7 +67,11 @@ def stated_world_size(text: str) -> int | None:
 # torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (a name
 # not in it is a dimension of size 1)
 _MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d, ]{1,100})\]")
-_MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}
+# or its sizes by name: ``Building device mesh with parallelism: pp=1, dp_replicate=1, dp_shard=8, cp=1,
+# tp=1, ep=1`` (expert parallelism, ep/etp, shares the other dimensions' ranks: no factor of the world)
+_MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1,12})")
+_MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
+              "ep": None, "etp": None}
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 
 
@@ -80,6 +88,8 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if "parallel" in text:
             for m in _FLAG.finditer(text):
+                if m.group(1) == "model" and not m.group(0).startswith("--"):
+                    continue
                 out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
         elif "MEMBER: " in text:
             m = _MEMBER.search(text)
@@ -98,15 +108,21 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
 def _mesh(text: str) -> dict[str, int]:
     """A device mesh's sizes by dimension (empty where a name is not a known dimension)."""
     m = _MESH.search(text)
-    if m is None:
-        return {}
-    names = [n.strip(" '") for n in m.group(1).split(",")]
-    sizes = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+    if m is not None:
+        names = [n.strip(" '") for n in m.group(1).split(",")]
+        sizes = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+    else:
+        m = _MESH_NAMED.search(text)
+        if m is None:
+            return {}
+        pairs = [p.split("=") for p in m.group(1).replace(" ", "").split(",") if p]
+        names, sizes = [n for n, _ in pairs], [int(v) for _, v in pairs]
     if len(names) != len(sizes) or not all(n in _MESH_KEYS for n in names):
         return {}
     out = {"dp": 1, "tp": 1, "pp": 1, "cp": 1}
     for n, size in zip(names, sizes, strict=True):
-        out[_MESH_KEYS[n]] *= size
+        if _MESH_KEYS[n] is not None:
+            out[_MESH_KEYS[n]] *= size
     out["world_size"] = out["dp"] * out["tp"] * out["pp"] * out["cp"]
     return out
 

@@ -54,6 +54,10 @@ _PROGRAM = re.compile(r"(?<![\w.])(\w{1,40})_perf(?:_mpi)?\b")
 _SECTION = re.compile(r"^op=(\w{1,40})(.{0,400})$")
 _OOB = re.compile(r"^Out of bounds values\s{0,8}:\s{0,8}(\d{1,20})\s{0,8}(OK|FAILED)?")
 _AVG = re.compile(r"^Avg bus bandwidth\s{0,8}:\s{0,8}([-+0-9.eE]{1,30}|nan|inf)")
+_WORD = re.compile(r"\w")
+# A table is its header and every row after it until its summary, whatever NCCL prints between the
+# rows (the connections its first collective makes, with NCCL_DEBUG=INFO) and lines without a word (a
+# ``...`` standing for rows left out); a line of another tool ends it.
 _NUM = re.compile(r"^[-+]?(?:\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?:[eE][-+]?\d{1,4})?$")
 
 
@@ -160,7 +164,6 @@ class Tables:
         self.version: tuple[str, str] | None = None  # (nccl-tests, NCCL) versions
         self.devices: dict[int, tuple[str, str, str]] = {}  # rank -> (host, device, name)
         self.group: int | None = None  # labkit's benchmark: the group size of the section
-        self.misc = 0  # lines of other tools inside an open table
 
     @property
     def busy(self) -> bool:
@@ -235,7 +238,6 @@ class Tables:
         row = parse_row(body, self.columns)
         if row is not None:
             t["rows"].append({k: row.get(k) for k in ROW_KEYS})
-            self.misc = 0
             return
         m = _OOB.match(body)
         if m:
@@ -247,11 +249,9 @@ class Tables:
             t["avg_busbw_gbps"] = avg if avg == avg and abs(avg) != float("inf") else None
             self.state, self.op = 0, None
             return
-        if not body or body.startswith("(B)") or "out-of-place" in body:
-            return
-        self.misc += 1
-        if self.misc > 2 or "NCCL" not in text:  # another tool's lines: the table ended
-            self.state, self.misc, self.op = 0, 0, None
+        if not _WORD.search(body) or body.startswith("(B)") or "out-of-place" in body or "NCCL" in text:
+            return  # an elision (``...``), a rule, or NCCL's own lines between the rows: the table goes on
+        self.state, self.op = 0, None  # another tool's line: the table ended
 
     def result(self, banner_version: str | None) -> list[dict[str, Any]]:
         """The tables (``labkit parse --json``'s ``nccl.tests``); the NCCL version the log's banner

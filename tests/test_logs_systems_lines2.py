@@ -1,0 +1,111 @@
+"""More systems lines read by general rules, from real lines: an nccl-tests table whose rows NCCL's
+own lines and an elision interrupt, the parallel sizes a config states by Megatron's key names, a
+device mesh given by name=size, an exception that wraps one raised elsewhere (Ray's).
+
+Each line is a line of a public log, its source named beside it (the corpus logs' sources are in
+tests/fixtures/logs/real/README.md); the expected values are read from the lines by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.logs import parse_lines
+from labkit.logs.frames import launcher_flags
+
+HEADER = ["#" + " " * 62 + "out-of-place" + " " * 23 + "in-place" + " " * 10,
+          "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
+          "algbw   busbw #wrong",
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
+          "(GB/s)  (GB/s)       "]
+# NERSC/nccl-ofi-plugin logs-regression/slurm-test-2.23-918499.out (nccl-tests, NCCL_DEBUG=INFO)
+NERSC = HEADER + [
+    "nid001049:626823:626937 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    "nid001049:626824:626935 [1] NCCL INFO Channel 01/0 : 1[1] -> 2[2] via P2P/CUMEM/read",
+    "nid001049:626823:626961 [0] NCCL INFO Connected all trees",
+    "nid001052:1734314:1734434 [2] NCCL INFO Connected all trees",
+    "           8             2     float     sum      -1    23.88    0.00    0.00      0    19.22    "
+    "0.00    0.00      0",
+    "nid001049:626823:626937 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    "          16             4     float     sum      -1    18.91    0.00    0.00      0    18.78    "
+    "0.00    0.00      0",
+    "nid001049:626826:626826 [2] NCCL INFO comm 0x119e520 rank 2 nranks 8 cudaDev 2 busId 82000 - Destroy "
+    "COMPLETE",
+    "# Out of bounds values : 0 OK",
+    "# Avg bus bandwidth    : 12.4743 "]
+# NVIDIA/nccl issue 1184 (a user's table, rows left out as "...")
+ELIDED = HEADER[1:] + [
+    "           8             2     float     sum      -1    130.1    0.00    0.00      0    118.6    "
+    "0.00    0.00      0",
+    "...",
+    "      262144         65536     float     sum      -1    325.1    0.81    0.81      0    325.3    "
+    "0.81    0.81      0",
+    "      524288        131072     float     sum      -1    663.1    0.79    0.79  237858    569.4    "
+    "0.92    0.92  238038"]
+
+
+@pytest.mark.parametrize(("lines", "sizes", "avg"), [(NERSC, [8, 16], 12.4743),
+                                                      (ELIDED, [8, 262144, 524288], None)])
+def test_a_table_is_every_row_after_its_header_whatever_nccl_prints_between(lines, sizes, avg):
+    (t,) = parse_lines(lines).nccl_tests
+    assert [r["size_bytes"] for r in t["rows"]] == sizes
+    assert t["avg_busbw_gbps"] == avg
+
+
+# nemo_2024_mlperf_llama2_lora (MLPerf Training 4.0, Lambda: srun --label, NeMo's YAML config)
+MLPERF = [" 0:       tensor_model_parallel_size: 4", " 0:       pipeline_model_parallel_size: 1",
+          " 0:       context_parallel_size: 2"]
+# verl under Ray (Pai-Megatron-Patch examples/moonlight/patch_verl_demo_megatron.log): its pretty-printed
+# config, and the model's TransformerConfig (the line's first fields)
+VERL_DICT = ["\x1b[36m(TaskRunner pid=11874)\x1b[0m                                  'megatron': "
+             "{'context_parallel_size': 1,",
+             "\x1b[36m(TaskRunner pid=11874)\x1b[0m                                               "
+             "'tensor_model_parallel_size': 2,"]
+VERL_TF = ("TF config: TransformerConfig(tensor_model_parallel_size=2, "
+           "pipeline_model_parallel_comm_backend=None, pipeline_model_parallel_size=1, "
+           "virtual_pipeline_model_parallel_size=None, sequence_parallel=True, context_parallel_size=1,"
+           " hierarchical_context_parallel_sizes=None, expert_model_parallel_size=1, "
+           "expert_tensor_parallel_size=2, moe_extended_tp=False,")
+# NeMo 2 on GKE (AI-Hypercomputer/gpu-recipes): model_parallel_size is NeMo's TP x PP, no number here
+NEMO_GKE = ["|     model_parallel_size: ${multiply:${model.tensor_model_parallel_size}, "
+            "${model.pipeline_model_parallel_size}}",
+            "|   tensor_model_parallel_size: 2", "|   pipeline_model_parallel_size: 2"]
+# torchtitan run log (outputs/autoresearch/may19-qwen3-14b/run51.../run.log), behind torchrun's --tee prefix
+TITAN = ("[rank0]:[titan] 2026-05-19 15:14:36,056 - root - INFO - Building device mesh with parallelism: "
+         "pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1")
+
+
+@pytest.mark.parametrize(("lines", "sizes"), [
+    (MLPERF, {"tp": 4, "pp": 1, "cp": 2}),
+    (VERL_DICT, {"tp": 2, "cp": 1}),
+    ([VERL_TF], {"tp": 2, "pp": 1, "cp": 1}),
+    (NEMO_GKE, {"tp": 2, "pp": 2}),
+    ([TITAN], {"world_size": 8, "dp": 8, "tp": 1, "pp": 1, "cp": 1}),
+])
+def test_the_parallel_sizes_a_line_states_by_name(lines, sizes):
+    assert launcher_flags(lines) == sizes
+
+
+def test_the_parallel_sizes_of_a_config_give_the_layout():
+    lay = parse_lines(["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16"] + MLPERF).layout
+    assert lay == {"world_size": 16, "tp": 4, "pp": 1, "dp": 2, "cp": 2}
+
+
+# the same verl log: the driver's traceback through Ray's RayTaskError(ImportError) (frames shortened)
+RAY = ["Traceback (most recent call last):",
+       '  File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 930, in get_objects',
+       "    raise value.as_instanceof_cause()",
+       "ray.exceptions.RayTaskError(ImportError): \x1b[36mray::TaskRunner.run()\x1b[39m (pid=11874, "
+       "ip=172.23.224.85, actor_id=ceec4a405ceba3120ba2457301000000, "
+       "repr=<verl_entrypoint.TaskRunner object at 0x7f7df4fa11e0>)",
+       '  File "/mnt/data/jerry.lp/Pai-Megatron-Patch/verl_patch/models/mcore/registry.py", line 41, '
+       'in <module>',
+       "    from .model_initializer import (",
+       "ImportError: cannot import name 'MoonlightModel' from 'verl_patch.models.mcore.model_initializer' "
+       "(/mnt/data/jerry.lp/Pai-Megatron-Patch/verl_patch/models/mcore/model_initializer.py)"]
+
+
+def test_an_exception_wrapping_one_raised_elsewhere_ends_at_the_wrapped_ones_line():
+    (f,) = parse_lines(RAY).failures.to_dict("records")
+    assert (f["kind"], f["line"]) == ("python_exception", 7)
+    assert f["message"].startswith("ImportError: cannot import name 'MoonlightModel'")

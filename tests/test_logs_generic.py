@@ -205,3 +205,67 @@ def test_a_qualified_name_and_a_record_the_log_cuts_off():
     its = [(r["iteration"], r["train_iters"], r["lm_loss"], r["lr"]) for r in d["iterations"]]
     assert its == [(1, 10, 11.6153, 0.0), (2, 10, None, None)]
     assert [round(m["allocated_mb"], 1) for m in d["memory"]] == [round(1.4586e9 / 2**20, 1)]
+
+
+BIGDL = "bigdl_2017_epoch_iteration_wall_clock_train_in_seconds_throughput_records_loss_is_bigdl678.txt"
+NLUT = "custom_loop_2023_iter_time_per_iter_lr_four_losses_total_losses_turn_nan_nlut12.txt"
+ESPNET = "espnet2_2020_host_bracket_trainer_epoch_train_batch_range_stats_loss_lr0_espnet2675.txt"
+LLAMAFACTORY = ("llamafactory_2023_ppo_trainer_log_jsonl_current_steps_total_steps_loss_negative_ellipsis_"
+                "lf856.txt")
+MMCV = "mmdet3d_2025_mmcv_text_logger_epoch_iter_tab_lr_time_memory_task_losses_loss_grad_norm_daocc25.txt"
+LLMC = "llmc_2024_main_log_s_trl_lr_norm_tel_head_tail_cut_moddednanogpt.txt"
+NEMO_GKE = "nemo_2025_gke_pod_lightning_bar_glued_dllogger_steps_world_32_tp2_pp2_gpurecipes.txt"
+
+
+def test_the_records_own_loss_wins_over_its_terms():
+    # ``... Epoch [1][54/30895]<TAB>lr: 8.080e-05, eta: 4 days, 9:46:02, time: 1.966, data_time: 0.093,
+    # memory: 13102, loss/object/heatmap/task0: 0.3297, ..., loss/occ/loss_occ: 1.4139, loss: 46.4968,
+    # grad_norm: 448.5880``: the loss/... names are terms, the bare loss the record's total
+    rec = generic.parse(_line(MMCV, 1))
+    assert rec.pop("_memory") == ("allocated_mb", 13102.0)
+    assert _fields(rec) == pytest.approx({"iteration": 54, "lr": 8.08e-05, "elapsed_ms": 1966.0,
+                                          "lm_loss": 46.4968, "grad_norm": 448.588})
+
+
+@pytest.mark.parametrize("name, lineno, want", [
+    # `` iter 3700   time/iter: 0.50  lr: 0.000100 loss_mn: 0.0016 ... loss_mse: 0.0280 losses: 3.4793``:
+    # a time per iteration without a unit is seconds; losses the total of the named terms
+    (NLUT, 1, {"iteration": 3700, "elapsed_ms": 500.0, "lr": 0.0001, "lm_loss": 3.4793}),
+    # ``... loss_mn: nan ... losses: nan``: no number, the step's other metrics stay
+    (NLUT, 11, {"iteration": 4700, "elapsed_ms": 490.0, "lr": 0.0001}),
+    # ``[Epoch 1 28160000/28857522][Iteration 56][Wall Clock 72.891726153s] Train 512000 in
+    # 1.236008372seconds. Throughput is 414236.66 records/second. Loss is 0.53861904.``
+    (BIGDL, 1, {"iteration": 56, "elapsed_ms": 1236.008372, "samples_per_sec": 414236.66,
+                "lm_loss": 0.53861904}),
+    # ``[PC] ... INFO: 16epoch:train:2626-3000batch: iter_time=0.001, forward_time=0.005, loss=1.303, ...,
+    # lr_0=0.100, train_time=0.014``: a record over a range of batches (its last numbers it), lr_0 group 0's
+    (ESPNET, 1, {"iteration": 3000, "lm_loss": 1.303, "lr": 0.1}),
+    # ``{"current_steps": 10, "total_steps": 1287, "loss": -0.1994, "eval_loss": null, ...,
+    # "learning_rate": 9.998795309164754e-06, "epoch": 0.01, ..., "elapsed_time": "0:11:19", ...}``
+    (LLAMAFACTORY, 1, {"iteration": 10, "train_iters": 1287, "lm_loss": -0.1994,
+                       "lr": 9.998795309164754e-06}),
+    # ``s:0 trl:11.0091 lr:0.000001 norm:15.37``: an abbreviated counter starting a line with a loss
+    (LLMC, 2, {"iteration": 0, "lm_loss": 11.0091, "lr": 1e-06, "grad_norm": 15.37}),
+])
+def test_records_of_more_loops(name, lineno, want):
+    assert _fields(generic.parse(_line(name, lineno))) == pytest.approx(want)
+
+
+def test_evaluation_lines_of_those_loops_are_no_records():
+    assert generic.parse(_line(LLMC, 1)) is None  # ``s:0 tel:11.0092``: an evaluation
+    # ``Loss is (Loss: 134.79276, count: 128, Average Loss: 1.0530684)``: BigDL's validation
+    assert generic.parse(_line(BIGDL, 2)) is None
+
+
+def test_a_record_glued_after_a_progress_bar_wins_over_the_bars_rounded_copy():
+    # ``Epoch 0: : 5%|...| 1/20 [00:40<12:58, v_num=None, reduced_train_loss=12.90, global_step=0.000,
+    # ..., train_step_timing in s=41.00]DLL 2025-06-11 08:26:37.591698 - 0 reduced_train_loss :
+    # 12.944934844970703  lr : 0.0  global_step : 0.0  ...  grad_norm : 14.865035057067871
+    # train_step_timing in s : 40.98364186286926  epoch : 0``; the last bar, redrawn alone at the end
+    its = parse_log(REAL / NEMO_GKE).to_dict()["iterations"]
+    assert len(its) == 20
+    got = [(r["iteration"], r["lm_loss"], r["lr"], r["grad_norm"], r["elapsed_ms"])
+           for r in (its[0], its[-1])]
+    assert got == [(0, 12.944934844970703, 0.0, 14.865035057067871, pytest.approx(40983.64186286926)),
+                   (19, 8.54244613647461, 1.4250000504034688e-06, 10.089638710021973,
+                    pytest.approx(13447.93004989624))]

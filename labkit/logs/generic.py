@@ -14,8 +14,9 @@ The counter: named (``step``, ``global step``, ``num_updates``, ``iteration``, `
 step then the batches since the run's start (its epochs from 0 where the log prints an epoch 0;
 no record where another reader numbers the log's steps, as DeepSpeed's ``step=N``),
 and a named counter after such a header the step, the metrics on both sides of it; or, with no
-name, the number(s) a line starts with, where it names a loss (``1|25|Loss: 1.26``). A metric is
-read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``, ``lr 3e-4``) or
+name (or a name of one or two letters: ``s:0 trl:11.0``), the number(s) a line starts with, where it
+names a loss (``1|25|Loss: 1.26``); or a range of batches, its last (``2626-3000batch``). A metric is
+read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``, ``Loss is 0.5``) or
 ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``); a name may be qualified
 (``lr-DecoupledAdamW/group0``, ``memory/peak_allocated_mem``, ``tokens/s/gpu``). A JSON object or
 Python dict anywhere in the line (records.py) is read by the same vocabulary, its keys the names
@@ -23,7 +24,8 @@ Python dict anywhere in the line (records.py) is read by the same vocabulary, it
 
 Names (``_NAMES``; ``_``, ``-`` and blanks alike) -> columns, the corpus rules of
 tests/fixtures/logs/real/README.md: a loss (``loss``, ``lm loss``, ``train_loss``, ``total_loss``,
-...; else any name ending in ``loss`` that is no running mean: ``closs``) -> lm_loss; ``lr`` ->
+...; else any name ending in ``loss`` that is no running mean: ``closs``; a term ``loss/a/b`` yields to
+the record's own ``loss``) -> lm_loss; ``lr`` (``lr_0``: group 0's) ->
 lr (``lr(1e-3): Y`` is Y x 1e-3); a step time -> elapsed_ms where a unit says seconds or ms (a
 clock says neither; beside a data-loading time, ``data_time``, ``data``, it is seconds; ``ups``,
 updates per second, its inverse), or a field of its own that is a time with its unit (``|

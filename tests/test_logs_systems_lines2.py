@@ -8,6 +8,8 @@ tests/fixtures/logs/real/README.md); the expected values are read from the lines
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from labkit.logs import parse_lines
@@ -109,3 +111,22 @@ def test_an_exception_wrapping_one_raised_elsewhere_ends_at_the_wrapped_ones_lin
     (f,) = parse_lines(RAY).failures.to_dict("records")
     assert (f["kind"], f["line"]) == ("python_exception", 7)
     assert f["message"].startswith("ImportError: cannot import name 'MoonlightModel'")
+
+
+# torchtitan run log (as above, tests/fixtures/logs/heldout3o/, README there): torchrun's ChildFailedError
+# table after the line that raises it, each rank's entry with a traceback field (its frames left out here)
+TITAN_LOG = (Path(__file__).parent / "fixtures" / "logs" / "heldout3o"
+             / "torchtitan_2026_torchrun_tee_flex_oom_first_step_childfailed_table_tracebacks_8_ranks_"
+               "autoresearch.txt")
+
+
+def test_a_long_child_failed_table_names_its_root_cause_not_the_ranks_it_stopped():
+    lines = TITAN_LOG.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, t in enumerate(lines) if t.startswith("torch.distributed.elastic.multiprocessing"
+                                                                ".errors.ChildFailedError"))
+    table = [t for t in lines[start:] if not t.startswith("    ")]
+    assert len(table) == 80
+    (f,) = [f for f in parse_lines(table).failures.to_dict("records") if f["kind"] == "child_failed"]
+    assert f["rank"] == 0
+    assert "root cause rank 0 (local_rank: 0)" in f["message"]
+    assert "root cause rank 4" not in f["message"] and "root cause rank 5" not in f["message"]

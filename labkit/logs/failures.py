@@ -204,6 +204,9 @@ def exception_failure(message: str, rank: int | None, line: int | None) -> Failu
                    key=f"exc:{msg[:120]}")
 
 
+_TABLE_ENTRY = re.compile(r"^\s{0,4}\[\d{1,6}\]:\s*$")  # a rank's entry in the ChildFailedError table
+
+
 class FailureScanner:
     """Feed cleaned lines in order; ``failures`` holds the merged records.
 
@@ -317,7 +320,10 @@ class FailureScanner:
                 self._child_table(prev, prev.text)
         if self._child_left <= 0 or self._child is None:
             return
-        self._child_left -= 1
+        if _TABLE_ENTRY.match(text):
+            self._child_left = 16  # each rank's entry ([N]:, then its fields) has lines of its own
+        elif not text.startswith("    "):  # a field's value over several lines (a traceback : ...)
+            self._child_left -= 1
         if text.strip().startswith(("Failures:", "Other Failures:", "Root Cause")):
             self._victims = not text.strip().startswith("Root Cause")
         if not m:

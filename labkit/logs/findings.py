@@ -238,8 +238,9 @@ class Seen:
 
 def found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog (parse.py imports this module)
     """No line of any tool labkit reads (NCCL, torch, DeepSpeed, Megatron/NeMo, HF, Slurm, CUDA,
-    the other training loops): ``labkit parse`` refuses such a file as no training log."""
+    the other training loops): ``labkit parse`` refuses such a file as no training log. Parallel
+    sizes alone (``tensor_model_parallel_size: 2``) are a config's, which is no log."""
     frames = (parsed.iterations, parsed.memory, parsed.validation, parsed.params, parsed.nccl)
     return (all(f.empty for f in frames) and not parsed.failure_records and not parsed.args
-            and parsed.nccl_version is None and all(v is None for v in parsed.layout.values())
+            and parsed.nccl_version is None and parsed.layout.get("world_size") is None
             and not parsed.tools and not parsed.findings)

@@ -84,7 +84,8 @@ _norm = records.norm
 _PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
 # a name of the vocabulary, or any name ending in ``loss`` (``closs``, ``mlm_loss``); then a
 # device (``/gpu``, ``_per_device``) and qualifiers (``lr-DecoupledAdamW/group0``, ``memory/peak_mem``)
-_NAME = re.compile(r"(?:(?<![\w/])|(?<=\d)(?=seconds))(?:train/)?("  # verl's train/lr as lr
+# a name under up to two groups (verl's ``train/lr``, ``actor/grad_norm``, ``perf/time_per_step``)
+_NAME = re.compile(r"(?:(?<![\w/])|(?<=\d)(?=seconds))((?:[a-z][a-z0-9_]{0,30}/){0,2})("
                    + "|".join(sorted((_SEP.sub("[ _-]", re.escape(n)) for n in _NAMES), key=len,
                                      reverse=True))
                    + r"|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|_per_)(?:device|gpu|chip|accelerator))?"
@@ -240,8 +241,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
     data = "ata" in text and _DATA.search(text) is not None  # a time without a unit: seconds
     for m in _NAME.finditer(text):
-        name, per_device, qualifier = m.group(1), m.group(2), m.group(3)
-        kind = _kind(name, qualifier)
+        group, name, per_device, qualifier = m.group(1), m.group(2), m.group(3), m.group(4)
+        kind = _kind(name, qualifier) if not group or not _EVAL_PART.search("/" + group) else None
         if kind == "lm_loss" and qualifier[:1] == "/":  # a term (``loss/occ/loss_occ``): the record's
             kind = "loss"  # own ``loss:`` wins, as any name ending in loss
         if kind is None:

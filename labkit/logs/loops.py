@@ -134,10 +134,10 @@ def may_be_loop_line(raw: str | bytes) -> bool:
     if isinstance(raw, bytes):
         return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
             or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss" in raw) \
-            or b"Step #" in raw
+            or b"Step #" in raw or b"steps: " in raw
     return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
         or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss" in raw) \
-        or "Step #" in raw
+        or "Step #" in raw or "steps: " in raw
 
 
 def has_no_trigger(text: str) -> bool:
@@ -149,6 +149,8 @@ def has_no_trigger(text: str) -> bool:
         return _MAXTEXT.search(text) is not None
     if "Step #" in text:
         return _HASH_STEP.match(text) is not None
+    if "steps: " in text:  # DeepSpeed's pipeline engine
+        return _PIPE.match(text) is not None
     if "step " in text and "|" in text:
         m = _DASHED.match(text)
         if m is not None:

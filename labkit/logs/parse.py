@@ -343,11 +343,9 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
 
 def _wants_loop_lines(col: _Collector) -> bool:
     """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger, and
-    generic.py's): in a log with no record yet, or with no Megatron line whose iterations came
-    from such lines (read where they sat beside a trigger), so no other loop's records mix with
-    them (loops.add_lines)."""
-    return not col.n_iters or "Megatron" not in col.seen.tools and col.n_iters == col.loop_iters \
-        or generic.lossless(col)
+    generic.py's): in a log with no record yet, or whose records all came from such lines (read
+    where they sat beside a trigger), so no other loop's records mix with them (loops.add_lines)."""
+    return not col.n_iters or col.n_iters == col.loop_iters or generic.lossless(col)
 
 
 def _found_nothing(col: _Collector) -> bool:
@@ -394,5 +392,5 @@ def _result(col: _Collector, sources: list[str], head: Callable[[], Iterable]) -
         theoretical_memory=col.theory,
         failure_records=failures, sources=sources, parse_errors=col.errors,
         first_parse_error=col.first_error, tools=sorted(col.seen.tools),
-        findings=col.tables.findings(col.seen.findings(len(its), len(failures))),
-        nccl_tests=col.tables.result(col.nccl_version))
+        nccl_tests=col.tables.result(col.nccl_version, head),  # before the findings: names the ops
+        findings=col.tables.findings(col.seen.findings(len(its), len(failures))))

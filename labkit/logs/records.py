@@ -32,7 +32,7 @@ NAMES = {
     "trl": "lm_loss",  # llm.c's main.log abbreviates (``s:0 trl:10.9 lr:... norm:...``; ``tel``: eval)
     "lr": "lr", "learning_rate": "lr",
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
-    "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
+    "time/iter": "s", "time_per_iter": "s", "time_per_step": "s",  # a time per iteration without a unit: seconds
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
     "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)
@@ -158,14 +158,22 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
 
 
 def kept(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records that are steps': where every object record names an epoch and no two the same
-    one (fairseq's json summaries: ``{"epoch": 10, "loss": "3.180", ..., "num_updates": 21497}``),
-    they report epochs, not steps."""
+    """The records that are steps': where every object record names a whole epoch and no two the
+    same one (fairseq's json summaries: ``{"epoch": 10, "loss": "3.180", ..., "num_updates": 21497}``),
+    they report epochs, not steps (a fraction, ``"epoch": 0.0019``, is a step's progress through
+    its epoch: LLaMA-Factory's trainer_log.jsonl). Where a line's ``name: value`` record and an
+    object name the same step, the line's values win: the object is the step's copy for a logger
+    (MLPerf's ``:::MLLOG`` ``tracked_stats``, whose values are the run's averages)."""
     epochs = [r["_epoch"] for r in recs if "_epoch" in r]
     objects = sum(1 for r in recs if "_object" in r)
-    summaries = len(epochs) > 1 and len(epochs) == len(set(epochs)) == objects
+    summaries = len(epochs) > 1 and len(epochs) == len(set(epochs)) == objects \
+        and all(e == int(e) for e in epochs)
     out = [r for r in recs if not (summaries and "_epoch" in r)]
+    lines = {r["iteration"]: r for r in out if "_object" not in r}
     for r in out:
         r.pop("_epoch", None)
-        r.pop("_object", None)
+        own = lines.get(r["iteration"]) if r.pop("_object", None) else None
+        for key in own or ():  # (records of one step merge: the last value wins)
+            if key != "iteration" and not key.startswith("_"):
+                r.pop(key, None)
     return out

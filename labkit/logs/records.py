@@ -32,7 +32,8 @@ NAMES = {
     "trl": "lm_loss",  # llm.c's main.log abbreviates (``s:0 trl:10.9 lr:... norm:...``; ``tel``: eval)
     "lr": "lr", "learning_rate": "lr",
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
-    "time/iter": "s", "time_per_iter": "s", "time_per_step": "s",  # a time per iteration without a unit: seconds
+    "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
+    "time_per_step": "s",
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
     "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)

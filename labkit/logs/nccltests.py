@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ROW_KEYS = ("size_bytes", "count", "type", "redop", "root", "time_us", "algbw_gbps", "busbw_gbps",
@@ -253,12 +254,18 @@ class Tables:
             return  # an elision (``...``), a rule, or NCCL's own lines between the rows: the table goes on
         self.state, self.op = 0, None  # another tool's line: the table ended
 
-    def result(self, banner_version: str | None) -> list[dict[str, Any]]:
+    def result(self, banner_version: str | None,
+               head: Callable[[], Iterable[Any]] | None = None) -> list[dict[str, Any]]:
         """The tables (``labkit parse --json``'s ``nccl.tests``); the NCCL version the log's banner
-        names where nccl-tests did not print its own."""
+        names where nccl-tests did not print its own; a table whose collective no line next to it
+        named takes it from the program a line between it and the table before names (``head()``:
+        the log's lines; a command line among lines no parser reads, as ``srun ... all_reduce_perf_mpi
+        -b 8`` above a launcher's start-up errors)."""
         for t in self.tables:
             if t["nccl_version"] is None:
                 t["nccl_version"] = banner_version
+        if head is not None and any(t["op"] is None for t in self.tables):
+            _programs(self.tables, head())
         return self.tables
 
     def findings(self, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -271,6 +278,25 @@ class Tables:
         for t in measured:
             out += _table_findings(t)
         return out
+
+
+def _programs(tables: list[dict[str, Any]], lines: Iterable[Any]) -> None:
+    """Each table with no collective named takes the last program named between the table before
+    it and its own header line."""
+    last = max(t["line"] for t in tables if t["op"] is None)
+    named: list[tuple[int, str]] = []
+    for lineno, raw in enumerate(lines, 1):
+        if lineno >= last:
+            break
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        if "_perf" in text:
+            named += [(lineno, m.group(1)) for m in _PROGRAM.finditer(text)]
+    before = 0
+    for t in tables:
+        if t["op"] is None:
+            ops = [op for n, op in named if before < n < t["line"]]
+            t["op"] = ops[-1] if ops else None
+        before = t["line"]
 
 
 def _size(n: int) -> str:

@@ -52,6 +52,25 @@ _WORLD = re.compile(r"(?i)(?:--|(?<![\w-]))((?:distributed[_-])?world[_ -]size(?
                     r"(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
 
 
+# Other lines that state how many ranks the job runs, by a program's own words: MLPerf's Mask R-CNN
+# prints per rank ``dedicated_evaluation_ranks = 0, num_training_ranks = 8`` (the ranks that train:
+# the training world), MLPerf's BERT ``device: cuda:0 n_gpu: 36, distributed training: True`` (its
+# process group's size). Hugging Face's examples print the same words with ``n_gpu: 1`` per process
+# when distributed (a GPU per rank, not the world), so an n_gpu of 1 says nothing; undistributed,
+# n_gpu counts one process's GPUs.
+_RANK_COUNT = re.compile(r"\bnum_training_ranks\s{0,2}[=:]\s{0,2}(\d{1,7})\b"
+                         r"|\bn_gpu: (\d{1,7}),? distributed training: True")
+
+
+def stated_rank_count(text: str) -> int | None:
+    """The ranks a line of _RANK_COUNT states, else None."""
+    m = _RANK_COUNT.search(text)
+    if m is None:
+        return None
+    n = int(m.group(1) or m.group(2))
+    return n if m.group(1) or n > 1 else None
+
+
 def stated_world_size(text: str) -> int | None:
     """The world size a line states by a key of WORLD_KEYS that counts ranks (a list of sizes
     gives its value where every entry agrees), else None."""
@@ -77,8 +96,8 @@ HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
-    value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16`` or stated in words, and
-    the sizes of a device mesh."""
+    value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
+    program's count of its ranks (_RANK_COUNT), and the sizes of a device mesh."""
     out: dict[str, int] = {}
     seen = 0
     for raw in lines:
@@ -97,6 +116,10 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
                 out.setdefault("world_size", int(m.group(1)))
         if ("orld" in text or "ORLD" in text) and "world_size" not in out:
             ws = stated_world_size(text)
+            if ws is not None:
+                out["world_size"] = ws
+        if ("n_gpu: " in text or "training_ranks" in text) and "world_size" not in out:
+            ws = stated_rank_count(text)
             if ws is not None:
                 out["world_size"] = ws
         if "device mesh" in text:

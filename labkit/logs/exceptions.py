@@ -135,12 +135,21 @@ def _braces(text: str) -> int:
     return bare.count("{") - bare.count("}")
 
 
+# Processes that write through one pipe with no prefix glue their tracebacks: a second header while
+# one is open, lines cut at any place (a frame's code line at the margin, its indentation on the
+# line before). Until GLUED_LINES lines after the last header, such a traceback ends only at an
+# exception's own line (``FileNotFoundError: [Errno 2] ...``): a name of _EXCEPTION's form then a
+# colon; a bare name or a fragment of code at the margin is a piece of the glued frames.
+GLUED_LINES = 400
+
+
 class Tracebacks:
     """Python tracebacks per source: ``feed`` returns the line that ends one (the exception's)."""
 
     def __init__(self) -> None:
         self.open: dict[tuple, int] = {}  # source -> line where its traceback began
         self.frame: dict[tuple, str] = {}  # source -> its last ``File "...", line N, in f`` line
+        self.glued: dict[tuple, int] = {}  # source -> the line its glued tracebacks' last header is on
 
     @property
     def busy(self) -> bool:
@@ -150,6 +159,8 @@ class Tracebacks:
         text = line.text
         src = (line.rank, line.host)
         if "Traceback (most recent call last)" in text:
+            if src in self.open or text[0].isspace() and text.lstrip().startswith("Traceback"):
+                self.glued[src] = line.lineno
             self.open[src] = line.lineno
             self.frame.pop(src, None)
             return None
@@ -162,6 +173,11 @@ class Tracebacks:
         m = _EXC_LINE.match(text)
         if m is not None and m.group(2):
             return None  # a wrapper of an exception raised elsewhere: its frames follow
+        if src in self.glued:
+            if line.lineno - self.glued[src] <= GLUED_LINES and (
+                    m is None or m.group(3) is None or not _EXCEPTION.match(text)):
+                return None
+            del self.glued[src]
         del self.open[src]
         self.frame.pop(src, None)
         return text if m is not None else None
@@ -171,4 +187,5 @@ class Tracebacks:
         out = [(src[0], start, self.frame.get(src)) for src, start in self.open.items()]
         self.open.clear()
         self.frame.clear()
+        self.glued.clear()
         return out

@@ -92,6 +92,32 @@ _MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1
 _MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
               "ep": None, "etp": None}
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
+# An inference engine's own parallelism is not the training's layout: verl's config names vLLM's or
+# SGLang's sizes under its ``'rollout': {`` section (a dict printed by pprint, a YAML ``rollout:``), a
+# teacher model's under ``'inference': {``, and Megatron's key names there
+# (``'tensor_model_parallel_size': 1``) are the engine's. A section
+# of one of these names runs while its lines sit deeper than its key (behind the same prefix).
+_SERVING = re.compile(r"""(?:^|\s)(['"]?(?:rollout|inference|vllm|sglang)['"]?:)\s?(?:\{|$)""")
+
+
+class _Serving:
+    """Whether a line lies inside a config section of an inference engine (_SERVING)."""
+
+    def __init__(self) -> None:
+        self.prefix: str | None = None  # what precedes the section's key on its line, blanks cut
+        self.col = 0  # the column of the section's key
+
+    def inside(self, text: str) -> bool:
+        if self.prefix is not None and text.startswith(self.prefix):
+            body = text[len(self.prefix):]
+            if body.strip() and len(text) - len(body.lstrip()) <= self.col:
+                self.prefix = None  # a line as shallow as the section's key: the section ended
+        if self.prefix is None and (":{" in text or ": {" in text or text.rstrip().endswith(":")):
+            m = _SERVING.search(text.rstrip())
+            if m is not None:
+                self.prefix, self.col = text[:m.start(1)].rstrip(), m.start(1)
+                return True
+        return self.prefix is not None and text.startswith(self.prefix)
 
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
@@ -100,11 +126,15 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     program's count of its ranks (_RANK_COUNT), and the sizes of a device mesh."""
     out: dict[str, int] = {}
     seen = 0
+    serving = _Serving()
     for raw in lines:
         seen += len(raw)
         if seen > limit:
             break
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        if ("rollout" in text or "inference" in text or "vllm" in text or "sglang" in text
+                or serving.prefix is not None) and serving.inside(text):
+            continue
         if "parallel" in text:
             for m in _FLAG.finditer(text):
                 if m.group(1) == "model" and not m.group(0).startswith("--"):

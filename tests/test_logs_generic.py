@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit.logs import generic, parse_lines, parse_log, records
-from labkit.logs.lines import clean_line, iter_lines, split_glued
+from labkit.logs.lines import clean_line, iter_file, iter_lines, split_glued
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
 
@@ -269,3 +269,57 @@ def test_a_record_glued_after_a_progress_bar_wins_over_the_bars_rounded_copy():
     assert got == [(0, 12.944934844970703, 0.0, 14.865035057067871, pytest.approx(40983.64186286926)),
                    (19, 8.54244613647461, 1.4250000504034688e-06, 10.089638710021973,
                     pytest.approx(13447.93004989624))]
+
+
+PIPE = "megatron_deepspeed_2026_pipe_engine_steps_two_nodes_world16_tp2_pp4_dp2_nccl_2.27_lockclock.txt"
+LF_JSONL = "llamafactory_2025_trainer_log_jsonl_dpo_grpo_32b_two_node_360lf.txt"
+MASKRCNN = "maskrcnn_2022_trainer_eta_iter_loss_lr_max_mem_crlf_stops_mid_training_cut_azure.txt"
+
+
+def _raw(name: str, first: int, last: int) -> list[bytes]:
+    """Lines ``first``-``last`` of the corpus log ``name``, as the file holds them."""
+    return [ln for n, ln in enumerate(iter_file(REAL / name), 1) if first <= n <= last]
+
+
+def test_pipe_engine_steps_are_read_beside_megatron_lines():
+    # the arguments banner ``------------------------ arguments ------------------------`` and
+    # ``[Rank 5] (after 1 iterations) memory (MB) | allocated: 6365.63...`` around
+    # ``steps: 1 loss: 12.6418 iter time (s): 20.245 samples/sec: 0.790`` ... ``steps: 9 ...``
+    its = parse_lines(_raw(PIPE, 1, 997)).to_dict()["iterations"]
+    assert [(r["iteration"], r["lm_loss"], r["elapsed_ms"]) for r in (its[0], its[-1])] == \
+        [(1, 12.6418, 20245.0), (9, 12.5345, 23756.0)]
+    assert len(its) == 9
+
+
+def test_jsonl_records_with_a_fractional_epoch_are_steps_not_epoch_summaries():
+    # ``{"current_steps": 1, "total_steps": 5100, "loss": 0.6491, "accuracy": 1.0, "lr":
+    # 9.803921568627451e-10, "epoch": 0.0019588638589618022, ...}``: every epoch another, none whole
+    its = parse_lines(_raw(LF_JSONL, 1, 3)).to_dict()["iterations"]
+    assert [(r["iteration"], r["train_iters"], r["lm_loss"]) for r in its] == \
+        [(1, 5100, 0.6491), (2, 5100, 0.6466), (3, 5100, 1.1105)]
+
+
+def test_a_lines_record_wins_over_an_mllog_object_of_the_same_step():
+    # ``... maskrcnn_benchmark.trainer INFO: eta: 2:56:41  iter: 50  time: 0.2474 (0.2654)  data:
+    # 0.0003 (0.0136)  loss: 1.2980 (2.2687)  ...  lr: 0.009600  max mem: 20326`` then ``:::MLLOG
+    # {..., "key": "tracked_stats", "value": {"time": 0.2653..., "loss": 2.268724710941315, ...},
+    # "metadata": {..., "step": 50}}``: the object's values are the run's averages
+    its = parse_lines(_raw(MASKRCNN, 1046, 1047)).to_dict()["iterations"]
+    assert [(r["iteration"], r["lm_loss"], r["lr"], r["elapsed_ms"]) for r in its] == \
+        [(50, 1.298, 0.0096, pytest.approx(247.4))]
+
+
+# verl (tests/fixtures/logs/heldout3q/verl_2026_grpo_..._fork.txt, its line 885, behind Ray's
+# ``(TaskRunner pid=625502)``; some of its fields, each whole)
+VERL = ("step:1 - global_seqlen/min:2578 - actor/entropy:0.463403582572937 - actor/pg_loss:0.0 - "
+        "actor/grad_norm:0.009721037931740284 - actor/lr:3e-05 - perf/mfu/actor:0.0 - "
+        "training/global_step:1 - timing_s/step:36.26888222503476 - perf/time_per_step:36.26888222503476")
+VERL_SFT = "verl_2025_sft_trainer_bars_glued_step_loss_lr_1e-3_nccl_banner_rldecisionagent.txt"
+
+
+def test_a_metric_under_groups_is_read_by_its_own_name():
+    rec = _fields(generic.parse(VERL))
+    assert (rec["iteration"], rec["lr"], rec["grad_norm"], rec["elapsed_ms"]) == \
+        (1, 3e-05, 0.009721037931740284, pytest.approx(36268.88222503476))
+    # ``step:105 - val/loss:0.058481086045503616``: an evaluation's group reads no record
+    assert generic.parse(_line(VERL_SFT, 13)) is None

@@ -95,29 +95,36 @@ HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 # An inference engine's own parallelism is not the training's layout: verl's config names vLLM's or
 # SGLang's sizes under its ``'rollout': {`` section (a dict printed by pprint, a YAML ``rollout:``), a
 # teacher model's under ``'inference': {``, and Megatron's key names there
-# (``'tensor_model_parallel_size': 1``) are the engine's. A section
-# of one of these names runs while its lines sit deeper than its key (behind the same prefix).
-_SERVING = re.compile(r"""(?:^|\s)(['"]?(?:rollout|inference|vllm|sglang)['"]?:)\s?(?:\{|$)""")
+# (``'tensor_model_parallel_size': 1``) are the engine's. A section of one of these names runs while
+# the lines' keys sit deeper than its own: a key's depth is counted from where the blanks before its
+# line's first key begin, whatever prefix (Ray's, a glued progress bar) stands before them.
+_ENGINES = "rollout|inference|vllm|sglang"
+_SERVING = re.compile(rf"""(?:(?<=\s)|^)((['"])(?:{_ENGINES})\2:|^[ \t]*(?:{_ENGINES}):)\s?(?:\{{|$)""")
+# a key: quoted anywhere (a prefix before a printed dict), else bare where the line starts (YAML)
+_QUOTED_KEY = re.compile(r"""([ \t]*)['"][A-Za-z_][\w.-]{0,100}['"]:(?:\s|$)""")
+_BARE_KEY = re.compile(r"^([ \t]*)[A-Za-z_][\w.-]{0,100}:(?:\s|$)")
 
 
 class _Serving:
     """Whether a line lies inside a config section of an inference engine (_SERVING)."""
 
     def __init__(self) -> None:
-        self.prefix: str | None = None  # what precedes the section's key on its line, blanks cut
-        self.col = 0  # the column of the section's key
+        self.depth: int | None = None  # the depth of the open section's key
+        self.quoted = False  # its key is quoted (a printed dict), not YAML's bare one
 
     def inside(self, text: str) -> bool:
-        if self.prefix is not None and text.startswith(self.prefix):
-            body = text[len(self.prefix):]
-            if body.strip() and len(text) - len(body.lstrip()) <= self.col:
-                self.prefix = None  # a line as shallow as the section's key: the section ended
-        if self.prefix is None and (":{" in text or ": {" in text or text.rstrip().endswith(":")):
-            m = _SERVING.search(text.rstrip())
-            if m is not None:
-                self.prefix, self.col = text[:m.start(1)].rstrip(), m.start(1)
-                return True
-        return self.prefix is not None and text.startswith(self.prefix)
+        m = _QUOTED_KEY.search(text)
+        if m is None and not (self.depth is not None and self.quoted):  # a printed dict's keys are quoted
+            m = _BARE_KEY.match(text)
+        if m is None:  # a line with no key (a list's next item): the section goes on
+            return self.depth is not None
+        if self.depth is not None and m.end(1) - m.start(1) <= self.depth:
+            self.depth = None  # a key as shallow as the section's: the section ended
+        if self.depth is None:
+            s = _SERVING.search(text)
+            if s is not None and s.start(1) >= m.end(1):
+                self.depth, self.quoted = s.start(1) - m.start(1), s.group(2) is not None
+        return self.depth is not None
 
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
@@ -133,7 +140,7 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             break
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if ("rollout" in text or "inference" in text or "vllm" in text or "sglang" in text
-                or serving.prefix is not None) and serving.inside(text):
+                or serving.depth is not None) and serving.inside(text):
             continue
         if "parallel" in text:
             for m in _FLAG.finditer(text):

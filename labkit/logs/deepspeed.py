@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from labkit.logs import hf
+from labkit.logs import hf, megatron
 from labkit.logs.lines import Line
 
 _STEP = re.compile(r"(?:\[Rank (\d{1,6})\] )?step=(\d{1,12}), skipped=(\d{1,12}), lr=\[([^\]]{0,400})\]")
@@ -86,6 +86,15 @@ def parse_step(text: str) -> dict[str, Any] | None:
         rec["allocated_mb"] = a * 1024
         rec["max_allocated_mb"] = b * 1024
     return rec
+
+
+def starts_record(text: str) -> bool:
+    """Whether a line is a step record of its own (a Megatron iteration line, a DeepSpeed ``step=``
+    line or timer): it never continues another line's hard-wrapped record (SwissArmyTransformer
+    prints its ``iteration N/M | ...`` records without Megatron's closing ``|``, the engine's next
+    step and timer after them)."""
+    return megatron.parse_iteration(text) is not None or (
+        ("step=" in text or "SamplesPerSec=" in text) and parse_step(text) is not None)
 
 
 def parse_launcher(text: str) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``,
 Python dict anywhere in the line (records.py) is read by the same vocabulary, its keys the names
 (objects that each name another epoch are the epochs' summaries, no steps).
 
-Names (``_NAMES``; ``_``, ``-`` and blanks alike) -> columns, the corpus rules of
+Names -> columns by concept, whatever the spelling (concepts.py), the corpus rules of
 tests/fixtures/logs/real/README.md: a loss (``loss``, ``lm loss``, ``train_loss``, ``total_loss``,
 ...; else any name ending in ``loss`` that is no running mean: ``closs``; a term ``loss/a/b`` yields to
 the record's own ``loss``) -> lm_loss; ``lr`` (``lr_0``: group 0's) ->
@@ -39,11 +39,15 @@ also prints a metric only a training step has (lr, step time, throughput, MFU, g
 object of them (``valid_`` keys) none. A line printed twice is one record per step: parse.py
 merges records of one iteration.
 
+Where a line prints several counters the run's is the one named ``global`` (``inner iter: 7/8 | global
+iter: 13/5000``); one a ``valid``/``eval`` names is an evaluation's; metrics on both sides of the counter are
+the record's (``loss: X, global_step: N``) unless an epoch opens the line (its summary).
+
 A record over several lines is joined first (:class:`Records` holds it open): a step counter alone
 on its line, then indented ``name: value`` lines (Composer's ``[batch=366/48000]:``, the log's
 last record read as far as it goes); a line ending in a ``name=value,`` pair, continued by lines of
 such pairs (a hard wrap: fairseq's ``... loss=15.812,`` / ``nll_loss=15.812, ...,`` /
-``num_updates=41, ...``).
+``num_updates=41, ...``); a record a terminal's wrap cut inside its last field, joined as printed.
 """
 
 from __future__ import annotations
@@ -51,13 +55,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from labkit.logs import records
+from labkit.logs import concepts, records
+from labkit.logs.concepts import EVAL, EVAL_PART, NAME
 from labkit.logs.lines import split_glued
 from labkit.logs.records import settle
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
-_COUNTERS = r"global[ _]step|num_updates|acc_iter|step|iteration|iter|it|batch"
+_COUNTERS = r"global[ _](?:step|iter(?:ation)?)|num_updates|acc_iter|step|iteration|iter|it|batch"
 _COUNTER = re.compile(r"(?<![\w/.-])(?i:" + _COUNTERS + r")(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
@@ -70,45 +75,29 @@ _EPOCH = re.compile(r"(?i)(?:(?<![\w/.-])(?:epoch(?:\(\w{1,12}\))?|train)\s{0,4}
                     r"(?:\|\s{0,4}[\w :/.-]{1,60}?:)?[|,:]?\s{0,12}"
                     r"(\[)?\s{0,4}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})(?![\d.])"
                     r"\s{0,4}(?:\(\s{0,3}\d{1,3}%\)\s{0,4})?(?(2)\]|\s{1,4}(?:batches(?!\w)|(?=[A-Za-z])))")
+# an epoch, then a loss, then the counter: the epoch's summary (fairseq's ``| epoch 027 | loss 6.343 | ...
+# | num_updates 10198``) or a count within it (TFLearn's ``epoch: 001 | loss: 2.03 -- iter: 00512/55000``)
+_EPOCH_FIRST = re.compile(r"(?i)(?<![\w/])epoch\s{0,4}[:=]?\s{0,4}\d")
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
+# or the step in brackets before named metrics (CLU's ``[100] learning_rate=..., loss=...``)
 _LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
-                      r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))")
-_NAMES = records.NAMES
+                      r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))"
+                      r"|\s{0,12}\[(\d{1,12})\]\s{1,8}(?=[A-Za-z])")
 # an abbreviated counter starting a line that names a loss (llm.c's ``s:0 trl:10.9 lr:0.000001``)
 _ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")
 # a range of batches a record averages (ESPnet2's ``16epoch:train:2626-3000batch:``): the step is its last
 _RANGE = re.compile(r"(?<![\w.-])\d{1,12}-(\d{1,12})\s{0,2}"
                     r"(?i:batch(?:es)?|iter(?:ation)?s?|steps?)(?![a-z])")
-_SEP = records.SEP
 _norm = records.norm
-_PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)\b")
-# a name of the vocabulary, or any name ending in ``loss`` (``closs``, ``mlm_loss``); then a
-# device (``/gpu``, ``_per_device``) and qualifiers (``lr-DecoupledAdamW/group0``, ``memory/peak_mem``)
-# a name under up to two groups (verl's ``train/lr``, ``actor/grad_norm``, ``perf/time_per_step``)
-_NAME = re.compile(r"(?:(?<![\w/])|(?<=\d)(?=seconds))((?:[a-z][a-z0-9_]{0,30}/){0,2})("
-                   + "|".join(sorted((_SEP.sub("[ _-]", re.escape(n)) for n in _NAMES), key=len,
-                                     reverse=True))
-                   + r"|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|_per_)(?:device|gpu|chip|accelerator))?"
-                   r"((?:_\d{1,2})?(?:[-/][a-z0-9]\w{0,30}){0,3})(?![\w/])", re.IGNORECASE)  # lr_0: group 0
-# the loss that wins where several are printed (``loss: X, lm_loss: Y``: Y, the loss without
-# auxiliary terms; ``aux_loss: A, total_loss: T``: T)
-_MAIN_LOSS = re.compile(r"(?:total|overall|lm)_")
-# a loss that is no step's own: a running mean
-_MEAN = re.compile(r"(?i)running|average|avg|mean|ema|smooth")
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
-_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2}))\)\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
+_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2})|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
+                    r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
                     + _NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
 _BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
-_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
-_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
-# a metric of an evaluation: the line reports no training step
-_EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)[ _/-]{0,2}"
-                   r"(?:loss|ppl|perplexity)")
-_EVAL_PART = re.compile(r"(?i)(?:^|[/_-])(?:val|valid|validation|eval|evaluation|test)(?:$|[/_-])")
 # a data-loading time beside the step's: then a time printed without a unit is in seconds
 # (detectron2's, MMEngine's and MetricLogger's ``time: 0.1960  data_time: 0.0033``, ``data: 0.0002``)
-_DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?\s{0,4}[:=]")
+_DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
 
 
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
@@ -127,6 +116,10 @@ _HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iterati
                    r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
 _INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
+# a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
+# rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
+_CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}$")
+_REST = re.compile(r"\s?[\w/-]{0,40}\s{0,2}[:=]\s{0,8}" + _NUM)
 # a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
 # training step (measured in **ms**) │`` (WordPlay's, ezpz's)
 _LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
@@ -151,14 +144,14 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     units = state.units if state is not None else None
     obj = records.find_object(text) if "{" in text else None
     if obj is not None:
-        rec = records.step_record(obj, _kind, _put)
+        rec = records.step_record(obj, concepts.kind, concepts.put)
         if rec is not None:
             return rec if _is_record(rec) else None  # a counter, no step metric: an evaluation's
-    evaluation = _EVAL.search(text) is not None
+    evaluation = EVAL.search(text) is not None
     rec: dict[str, Any]
     if evaluation:  # its metrics are no training step's: masked; the line's own step metrics stay
-        text = _EVAL.sub(lambda e: "~" * len(e.group()), text)
-    m = _COUNTER.search(text)
+        text = EVAL.sub(lambda e: "~" * len(e.group()), text)
+    m = counter(text)
     e = _EPOCH.search(text) if "/" in text else None
     if m is not None:
         rec = {"iteration": int(m.group(1))}
@@ -167,8 +160,8 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         rest = text[m.end():]
         if e is not None and e.end() <= m.start():  # a progress header first: metrics on both sides
             _metrics(text[e.end():m.start()] + " " + rest, rec, units)
-        elif not _loss(_metrics(text[:m.start()], {})):  # a loss before the counter: a summary
-            _metrics(rest, rec, units)
+        elif not (_EPOCH_FIRST.search(text, 0, m.start()) and _loss(_metrics(text[:m.start()], {}))):
+            _metrics(text[:m.start()] + " " + rest, rec, units)  # both sides: ``loss: X, global_step: N``
     elif e is not None:  # batches since the start of the run: epochs before x batches per epoch + batch
         epoch = int(e.group(1))
         first = 0 if epoch == 0 or state is not None and state.epoch0 else 1
@@ -185,7 +178,7 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         m = _LEADING.match(text) or _ABBREV.match(text)
         if m is None:
             return None
-        rec = {"iteration": int(m.group(1))}
+        rec = {"iteration": int(m.group(1) or m.group(2))}
         rest = text[m.end():]
         _metrics(rest, rec, units)
         if not _loss(rec):  # no name for the counter: a loss says it is a step record
@@ -200,11 +193,20 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     return rec if _is_record(rec) else None
 
 
+def counter(text: str) -> re.Match | None:
+    """The step counter of a line that prints several (MiniLLM's ``inner iter:   7/  8 | ppo epoch:  2/ 4 |
+    global iter:     13/  5000|``): the run's, the first named ``global``; else the first."""
+    first = _COUNTER.search(text)
+    if first is None or "lobal" not in text[first.end():]:
+        return first
+    return next((m for m in _COUNTER.finditer(text, first.end()) if m.group()[:1] in "gG"), first)
+
+
 def fields(text: str) -> dict[str, Any]:
     """The counter and the named metrics of ``text``, wherever they sit: a step's record glued
     after a progress bar that names the step (NeMo's DLLogger line ``DLL ... - 0 reduced_train_loss :
     12.94...  lr : 0.0  global_step : 0.0  ...  grad_norm : 14.86...``)."""
-    m = _COUNTER.search(text)
+    m = counter(text)
     rec = _metrics(text, {"iteration": int(m.group(1))} if m else {})
     settle(rec)
     rec.pop("_memory", None)
@@ -218,31 +220,16 @@ def _loss(rec: dict[str, Any]) -> bool:
 def _is_record(rec: dict[str, Any]) -> bool:
     # a loss scale or memory alone ("checkpoint at step 500, loss scale 65536") is no step record
     return bool(set(rec) - {"iteration", "train_iters", "loss_scale", "_memory", "_derived", "_epoch",
-                            "_object", "_main"})
-
-
-def _kind(name: str, qualifier: str = "") -> str | None:
-    """The column kind of a metric's name (None: no column)."""
-    key = _norm(name)
-    kind = _NAMES.get(key) or _NAMES.get(key[6:] if key.startswith("train/") else key)
-    if _EVAL_PART.search(key + qualifier):  # an evaluation's (``loss/val``, ``valid_loss``)
-        return None
-    if kind is None and "/" in key:  # a metric under a group (``optim/lr``, ``throughput/tokens_per_sec``)
-        kind = _NAMES.get(key.rsplit("/", 1)[1])
-    if kind is None and key.endswith("loss") and "/" not in key:
-        return None if _MEAN.search(key) else "loss"
-    if kind == "mem" and qualifier and not qualifier.lower().endswith("mem"):
-        return None  # ``memory/alloc_retries`` is no size; ``memory/peak_allocated_mem`` is
-    return kind
+                            "_object", "_main", "consumed_samples"})
 
 
 def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
     data = "ata" in text and _DATA.search(text) is not None  # a time without a unit: seconds
-    for m in _NAME.finditer(text):
+    for m in NAME.finditer(text):
         group, name, per_device, qualifier = m.group(1), m.group(2), m.group(3), m.group(4)
-        kind = _kind(name, qualifier) if not group or not _EVAL_PART.search("/" + group) else None
+        kind = concepts.kind(name, qualifier) if not group or not EVAL_PART.search("/" + group) else None
         if kind == "lm_loss" and qualifier[:1] == "/":  # a term (``loss/occ/loss_occ``): the record's
             kind = "loss"  # own ``loss:`` wins, as any name ending in loss
         if kind is None:
@@ -268,40 +255,9 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         elif kind == "mem" and unit in (None, "M"):  # no unit: a whole number MiB (torch's bytes
             # / 2**20: MetricLogger's ``max mem: 51710``, detectron2's ``max_mem: 2996M``), else GB
             unit = "MiB" if unit == "M" or value.isdigit() else "GB"  # (Composer's ``memory/..._mem``)
-        _put(rec, kind, _norm(name + qualifier), v, unit,
-             bool(per_device) or _PER_DEVICE.search(name + qualifier) is not None)
+        concepts.put(rec, kind, _norm(name + qualifier), v, unit,
+             bool(per_device) or concepts.per_device(name + qualifier))
     return rec
-
-
-def _put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, per_device: bool) -> None:
-    if kind == "none":  # a part of the step (loading data, the forward pass), not the step
-        return
-    if kind in ("s", "ms", "time"):
-        unit = unit or (kind if kind != "time" else None)
-        if unit in ("s", "sec"):
-            rec.setdefault("elapsed_ms", v * 1000.0)
-        elif unit == "ms":
-            rec.setdefault("elapsed_ms", v)
-    elif kind == "smp":
-        rec.setdefault("samples_per_sec", v)
-    elif kind == "ups":
-        if v > 0:  # 0: nothing measured yet
-            rec.setdefault("elapsed_ms", 1000.0 / v)
-    elif kind == "tok":
-        col = "tokens_per_gpu_per_sec" if per_device else "tokens_per_sec"
-        rec.setdefault(col, v * _SCALE.get(unit or "", 1.0))
-    elif kind == "mem":
-        peak = "peak" in name or "max" in name  # the peak wins where a record prints the current too
-        if unit in _MIB and ("_memory" not in rec or peak and rec["_memory"][0] == "allocated_mb"):
-            rec["_memory"] = ("max_allocated_mb" if peak else "allocated_mb", v * _MIB[unit])
-    elif kind == "loss":
-        rec.setdefault("_loss", v)
-    elif kind == "lm_loss" and _MAIN_LOSS.match(name) and "_main" not in rec:
-        rec["lm_loss"], rec["_main"] = v, True  # the total where a record prints its parts too
-    elif kind == "mfu" and v < 0:  # a placeholder before the loop has measured one (-100): no number
-        rec.setdefault(kind, None)
-    elif unit in (None, "%") or kind == "tflops_per_gpu":
-        rec.setdefault(kind, v)
 
 
 class Records(list):
@@ -311,6 +267,7 @@ class Records(list):
         super().__init__()
         self.held: str | None = None  # the open record's text so far
         self.wrap = False  # held: a hard-wrapped line (True), or a header with indented lines
+        self.cut = False  # held: a line a terminal's wrap cut inside a field (``| stu`` / ``_lens: 97.3``)
         self.rank: int | None = None
         self.last = 0  # the line number it reached
         self.units: dict[str, str] = {}  # name -> unit, from the log's legend of its metrics
@@ -319,10 +276,10 @@ class Records(list):
     def close(self, cut: bool = False) -> None:
         """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
         step, whatever its lines hold)."""
-        text, self.held = self.held, None
+        text, self.held, self.cut = self.held, None, False
         rec = parse(text, self) if text is not None else None
         if rec is None and cut and text is not None and not self.wrap:
-            m = _COUNTER.search(text)
+            m = counter(text)
             rec = {"iteration": int(m.group(1))} if m else None
             if m and m.group(2):
                 rec["train_iters"] = int(m.group(2))
@@ -336,6 +293,15 @@ def offer(col: Any, line: Any) -> None:
     recs, text = col.generic, line.text
     if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
         return
+    if recs.held is not None and recs.cut:  # the rest of a field cut at the terminal's width
+        if line.lineno <= recs.last + 1 and _REST.match(text) and not counter(text):
+            recs.held += text.rstrip()  # the pieces join as printed
+            recs.last = line.lineno
+            recs.cut = len(recs.held) < 8000 and _CUT.search(recs.held) is not None
+            if not recs.cut:
+                recs.close()
+            return
+        recs.close()
     if recs.held is not None:
         if recs.wrap:  # (a line with a counter, where the record has one, is a new record)
             more = _WRAPPED.match(text) and not (_COUNTER.search(text) and _COUNTER.search(recs.held))
@@ -352,6 +318,9 @@ def offer(col: Any, line: Any) -> None:
     wrapped = end == "," and _WRAPPED.search(text) is not None
     if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
+        return
+    if (end.isalpha() or end == "_") and _CUT.search(text) and counter(text):  # cut inside a field
+        recs.held, recs.cut, recs.rank, recs.last = text.rstrip(), True, line.rank, line.lineno
         return
     if "easured in" in text:
         legend = _LEGEND.search(text)

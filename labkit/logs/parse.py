@@ -143,7 +143,7 @@ class _Collector:
             self.in_args = 5000
         src = (line.rank, line.host)
         held = self.pending.pop(src, None)
-        if held is not None and (megatron.parse_iteration(line.text) is not None and not held[2]
+        if held is not None and (deepspeed.starts_record(line.text) and not held[2]
                                  or held[2] and not megatron.continues(held[0].text, line.text)):
             self._safe(held[0])  # a new record, not a continuation: the held one ends here
             held = None

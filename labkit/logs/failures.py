@@ -81,6 +81,13 @@ _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Brok
                                r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
 
 _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\[Errno 28\]")
+# ENOSPC is a disk's only where the call that failed writes to one: the kernel returns it too where
+# a table of its own is full (inotify_add_watch, a watcher's add_watch or "directory watch": the
+# user's inotify watches; epoll_ctl: epoll watches; semget, shmget, msgget, mq_open: System V and
+# POSIX IPC limits). UCX prints ``inotify_add_watch(/tmp) failed: No space left on device`` on a
+# disk with room to spare.
+_KERNEL_TABLE = re.compile(r"inotify|fanotify|\b(?:add_)?watch\b"
+                           r"|\b(?:epoll_ctl|semget|shmget|msgget|mq_open)\b")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
 _SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
@@ -178,7 +185,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             return Failure("host_oom", None, None, f"worker local_rank {r} killed by SIGKILL (exit -9): "
                            + _short(text), HINTS["sigkill"], evidence="signal", key="sigkill")
     if "ENOSPC" in text or "No space" in text or "quota" in text or "Errno 28" in text:
-        if _DISK_FULL.search(text):
+        if _DISK_FULL.search(text) and _KERNEL_TABLE.search(text) is None:
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
     if "Uncaught " in text:
         m = _UNCAUGHT.search(text)

@@ -52,23 +52,36 @@ _WORLD = re.compile(r"(?i)(?:--|(?<![\w-]))((?:distributed[_-])?world[_ -]size(?
                     r"(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
 
 
-# Other lines that state how many ranks the job runs, by a program's own words: MLPerf's Mask R-CNN
-# prints per rank ``dedicated_evaluation_ranks = 0, num_training_ranks = 8`` (the ranks that train:
-# the training world), MLPerf's BERT ``device: cuda:0 n_gpu: 36, distributed training: True`` (its
-# process group's size). Hugging Face's examples print the same words with ``n_gpu: 1`` per process
-# when distributed (a GPU per rank, not the world), so an n_gpu of 1 says nothing; undistributed,
-# n_gpu counts one process's GPUs.
-_RANK_COUNT = re.compile(r"\bnum_training_ranks\s{0,2}[=:]\s{0,2}(\d{1,7})\b"
-                         r"|\bn_gpu: (\d{1,7}),? distributed training: True")
+# Other lines that state how many ranks the job runs, by a program's own words. One table: a
+# statement's words, the group holding the count, and the smallest count that states a world (what
+# each counts is said beside it). A world size counts only where such a line states it.
+_RANK_STATEMENTS = (
+    # MLPerf's Mask R-CNN, per rank: ``dedicated_evaluation_ranks = 0, num_training_ranks = 8`` (the
+    # ranks that train: the training world)
+    (r"\bnum_training_ranks\s{0,2}[=:]\s{0,2}(\d{1,7})\b", 1),
+    # MLPerf's BERT: ``device: cuda:0 n_gpu: 36, distributed training: True`` (its process group's
+    # size). Hugging Face's examples print the same words with ``n_gpu: 1`` per process when
+    # distributed (a GPU per rank, not the world), so an n_gpu of 1 says nothing; undistributed,
+    # n_gpu counts one process's GPUs.
+    (r"\bn_gpu: (\d{1,7}),? distributed training: True", 2),
+    # a script's own ``print('Rank', dist.get_rank(), 'size', dist.get_world_size(), ...)``:
+    # ``Rank 10 size 16 device cuda:2 count 8`` (the process group's size; ``rank=7/7`` and ``Rank
+    # 3/8`` state a rank, not always with the size: no statement)
+    (r"\b[Rr]ank[ :=]{1,3}\d{1,7},? [Ss]ize[ :=]{1,3}(\d{1,7})\b", 1),
+)
+_RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank")  # a cheap test before the table's pattern
 
 
 def stated_rank_count(text: str) -> int | None:
-    """The ranks a line of _RANK_COUNT states, else None."""
+    """The ranks a line of _RANK_STATEMENTS states, else None."""
     m = _RANK_COUNT.search(text)
     if m is None:
         return None
-    n = int(m.group(1) or m.group(2))
-    return n if m.group(1) or n > 1 else None
+    for (_, least), value in zip(_RANK_STATEMENTS, m.groups(), strict=True):
+        if value is not None:
+            return int(value) if int(value) >= least else None
+    return None
 
 
 def stated_world_size(text: str) -> int | None:
@@ -155,7 +168,7 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             ws = stated_world_size(text)
             if ws is not None:
                 out["world_size"] = ws
-        if ("n_gpu: " in text or "training_ranks" in text) and "world_size" not in out:
+        if "world_size" not in out and any(w in text for w in _RANK_WORDS):
             ws = stated_rank_count(text)
             if ws is not None:
                 out["world_size"] = ws

@@ -96,6 +96,12 @@ _LOGGERS = ("lg1", "lg2", "lg3", "lg4", "lg6", "lg7", "lg8", "lg9", "lg10", "lg1
 # A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
 # message's prefix was glued to it (``...| 26/101 [06:45<17:27, 13.96s/it][trainer0|0]:``).
 _GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
+# Open MPI's --tag-output tag; ``mpirun`` tags each piece a process wrote, so a row printed by
+# several writes comes back as one line with the tag repeated inside it (nccl-tests:
+# ``[1,0]<stdout>:   8   2   float   sum   -1[1,0]<stdout>:    85.70    0.00 ...``): the tag of the
+# line's own process inside it is dropped (the pieces are one line); another process's starts a
+# message of its own (split_glued).
+_MPI_TAG = re.compile(r"\[\d{1,6},(?:mpirank:)?\d{1,6}(?:,[\w.-]{1,80})?\]<std(?:out|err)>:")
 # The torchrun role is a word like "default" or "trainer"; these words are not launcher roles.
 _NOT_ROLES = frozenset({"Rank", "E", "W", "I"})
 
@@ -110,6 +116,7 @@ class Line:
     host: str | None = None
     width: int = 0  # the printed line's length, prefixes included (a hard wrap cuts at a width)
     logger: str | None = None  # the loggers logging prefixes named (torch.distributed.elastic.agent...)
+    earlier: tuple[Line, ...] = ()  # messages a carriage return's redraw overwrote (clean_line)
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
@@ -146,8 +153,13 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
 def split_glued(line: Line) -> tuple[Line, ...]:
     """A line holding another message behind a glued TorchX prefix -> the two messages (the
     second with the rank its prefix names); any other line -> itself."""
+    if line.earlier:  # the messages a terminal showed before this one, in turn
+        return (*(p for e in line.earlier for p in split_glued(e)),
+                *split_glued(Line(line.lineno, line.rank, line.text, line.host, line.width, line.logger)))
     text = line.text
     m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
+    if m is None and "]<std" in text:
+        m = _MPI_TAG.search(text, 1)
     if m is None:
         return (line,)
     rest, rank, host = strip_prefixes(text[m.start():])
@@ -164,29 +176,82 @@ def _unbar(m: re.Match) -> str:
 
 def clean_text(raw: str) -> str:
     """Drop ANSI escapes, keep what a terminal would show after carriage returns, unescape HTML."""
+    parts = _terminal_parts(raw)
+    return parts[-1]
+
+
+def _terminal_parts(raw: str) -> list[str]:
+    """What a terminal showed of a raw line, in turn: the last part a carriage return left, and
+    before it every part a redraw overwrote that holds a message (not a progress bar's redraw)."""
     if "#0" in raw:  # control characters a logging agent wrote as octal text (rsyslog: #015 is \r)
         raw = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), raw)
     if "\x1b" in raw:
         raw = _ANSI.sub("", raw)
     raw = raw.rstrip("\r\n")
-    if "\r" in raw:
-        # A progress bar rewrites the line with \r; the terminal shows the last non-empty part.
-        parts = [p for p in raw.split("\r") if p.strip()]
-        raw = parts[-1] if parts else ""
+    if "\r" not in raw:
+        return [_clean_part(raw)]
+    # A progress bar rewrites the line with \r; the terminal shows each part in turn, the last
+    # non-empty one at the end. A record printed before a redraw (a Trainer's dict, then the bar
+    # again) was shown too: every earlier part that holds a message beside its bars is kept.
+    parts = [p for p in raw.split("\r") if p.strip()]
+    if not parts:
+        return [""]
+    kept = [t for t in (_overwritten(p) for p in parts[:-1]) if t.strip()]
+    return [*kept, _clean_part(parts[-1])]
+
+
+def _clean_part(raw: str) -> str:
+    raw = _unescape(raw)
+    if "%|" in raw:
+        raw = _BAR.sub(_unbar, raw)  # a message printed onto a progress bar keeps only the message
+    return raw
+
+
+def _unescape(raw: str) -> str:
     if "&" in raw and ";" in raw:
         raw = html.unescape(raw)  # logs copied out of web pages / notebooks (&quot; &#39; &gt;)
     if "[" in raw and "m" in raw:
         raw = _ANSI_TEXT.sub("", raw)  # colour codes copied as text
-    if "%|" in raw:
-        raw = _BAR.sub(_unbar, raw)  # a message printed onto a progress bar keeps only the message
     return raw
+
+
+def _overwritten(raw: str) -> str:
+    """A part a later redraw overwrote: its message without the bars (a bar's own description,
+    ``Epoch 0: `` before it, is no message; a Lightning bar's postfix is the last part's to give)."""
+    raw = _unescape(raw)
+    if "%|" in raw:
+        bar = _BAR.search(raw)
+        if bar is not None and bar.start() <= 80 and raw[:bar.start()].rstrip().endswith(":"):
+            raw = raw[bar.end():]
+        raw = _BAR.sub(lambda m: " " if m.start() else "", raw)
+    return raw
+
+
+def _join_pieces(text: str) -> str:
+    """A line whose own Open MPI tag recurs inside it -> one line (the recurring tags dropped)."""
+    first = _MPI_TAG.search(text)
+    if first is None:
+        return text
+    tag = first.group(0)
+    end = first.end()
+    return text[:end] + text[end:].replace(tag, "")
 
 
 def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
     """One raw line (str or bytes, any encoding damage) -> a :class:`Line`."""
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
-    text = clean_text(raw)
+    parts = _terminal_parts(raw)
+    lines = [line for line in (_line(p, lineno) for p in parts) if line.text.strip()]
+    if len(parts) == 1 or len(lines) <= 1:
+        return lines[0] if lines else _line(parts[-1], lineno)
+    last = lines[-1]
+    return Line(last.lineno, last.rank, last.text, last.host, last.width, last.logger, tuple(lines[:-1]))
+
+
+def _line(text: str, lineno: int) -> Line:
+    if "]<std" in text and text.count("]<std") > 1:
+        text = _join_pieces(text)
     width = len(text)
     text, rank, host, logger = _strip(text)
     if "\x1b" in text:  # colour codes can sit after a prefix too

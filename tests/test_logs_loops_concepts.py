@@ -170,3 +170,19 @@ def test_loops_no_corpus_log_holds(line, want):
     got = generic.parse(clean_line(line).text)
     assert {k: v for k, v in got.items() if k in want} == pytest.approx(want)
     assert set(want) <= set(got)
+
+
+# zhedongzheng/tensorflow-nlp, nlp-models/tensorflow/scaled_dot_attn_text_clf_imdb_test.md: the step
+# counter starts again with each epoch (an epoch's summary line between, no step of its own)
+TF_NLP = [
+    "Epoch 1/2 | Step 750/781 | train_loss: 0.3282 | train_acc: 0.8125 | lr: 0.0023",
+    "Epoch 1/2 | train_loss: 0.0701 | train_acc: 1.0000 | test_loss: 0.2711 | test_acc: 0.8882 | lr: 0.0022",
+    "Epoch 2/2 | Step 0/781 | train_loss: 0.2388 | train_acc: 0.9375 | lr: 0.0022",
+    "Epoch 2/2 | Step 50/781 | train_loss: 0.0952 | train_acc: 0.9688 | lr: 0.0021",
+]
+
+
+def test_steps_counted_within_epochs_are_the_runs_steps():
+    rows = _rows(TF_NLP)
+    assert [(r["iteration"], r["lm_loss"]) for r in rows] == [(750, 0.3282), (781, 0.2388), (831, 0.0952)]
+    assert {r["train_iters"] for r in rows} == {1562}

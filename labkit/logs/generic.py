@@ -42,6 +42,7 @@ merges records of one iteration.
 Where a line prints several counters the run's is the one named ``global`` (``inner iter: 7/8 | global
 iter: 13/5000``); one a ``valid``/``eval`` names is an evaluation's; metrics on both sides of the counter are
 the record's (``loss: X, global_step: N``) unless an epoch opens the line (its summary).
+A step counter that starts again as the epoch advances counts within epochs (epochs.py).
 
 A record over several lines is joined first (:class:`Records` holds it open): a step counter alone
 on its line, then indented ``name: value`` lines (Composer's ``[batch=366/48000]:``, the log's
@@ -55,7 +56,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from labkit.logs import concepts, records
+from labkit.logs import concepts, epochs, records
 from labkit.logs.concepts import EVAL, EVAL_PART, NAME
 from labkit.logs.lines import split_glued
 from labkit.logs.records import settle
@@ -157,6 +158,7 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         rec = {"iteration": int(m.group(1))}
         if m.group(2):
             rec["train_iters"] = int(m.group(2))
+            epochs.mark(text, m, rec)
         rest = text[m.end():]
         if e is not None and e.end() <= m.start():  # a progress header first: metrics on both sides
             _metrics(text[e.end():m.start()] + " " + rest, rec, units)
@@ -220,7 +222,7 @@ def _loss(rec: dict[str, Any]) -> bool:
 def _is_record(rec: dict[str, Any]) -> bool:
     # a loss scale or memory alone ("checkpoint at step 500, loss scale 65536") is no step record
     return bool(set(rec) - {"iteration", "train_iters", "loss_scale", "_memory", "_derived", "_epoch",
-                            "_object", "_main", "consumed_samples"})
+                            "_object", "_main", "consumed_samples", "_in_epoch"})
 
 
 def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
@@ -356,6 +358,7 @@ def finish(col: Any) -> None:
     if col.n_iters and not lossless(col):
         return
     others = col.n_iters
+    epochs.number(recs)  # steps counted within epochs, where the counter starts again
     for rec in records.kept(recs):
         if others and rec.get("_derived"):  # the log numbers its steps: a batch count is none
             continue

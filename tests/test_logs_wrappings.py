@@ -1,12 +1,13 @@
 """Every real log reads the same behind the wrappings real logs come in.
 
 Each log of tests/fixtures/logs/real is rewritten the ways real logs show the same lines: behind
-nested launcher prefixes (``srun --label``, ``mpirun --tag-output``, a pdsh/NCCL host of any
-shape), behind a harness's stream name, a Kubernetes pod, a Python logging time stamp and level,
-colour codes copied as text, glued onto a progress bar, and with its iteration records hard-wrapped
-at 80 columns. Each way must give back the facts of the log as it is: layout, every iteration
-record, memory rows, NCCL version and transports, nccl-tests tables, failures (kind, rank, count),
-findings.
+nested launcher prefixes (``srun --label``, torchrun's ``--tee`` and torch's ``[rankN]:``,
+``mpirun --tag-output``, a pdsh/NCCL host of any shape, host:pid:tid), behind a harness's stream
+name, a Kubernetes pod, time stamps and levels of several formats (Python logging's, ISO 8601,
+glog's, a time of day) with colour codes real and copied as text, glued onto a progress bar, after
+a bar's carriage-return redraw or before one, and with its iteration records hard-wrapped at 80
+columns. Each way must give back the facts of the log as it is: layout, every iteration record,
+memory rows, NCCL version and transports, nccl-tests tables, failures (kind, rank, count), findings.
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ LOGS = sorted(p.name for p in REAL.glob("*.txt"))
 
 # Prefixes as real logs print them (each seen in a public log; see the corpus README).
 PREFIXES = {
-    "srun_mpirun_host": "3: [1,3]<stdout>:gpu-a01.cluster.example.org: ",
+    "srun_tee_rank_mpirun_host": "3: [default3]:[rank3]:[1,3]<stdout>:gpu-a01.cluster.example.org: ",
     "digits_host_pid": "1000123:4242:4300 ",
     "harness_pod_logging": "stdout: [pod/train-worker-0/pytorch] 2024-05-01 12:00:00,123 - root - INFO - ",
-    "copied_colour": "^[[32m[2024-05-01 12:00:00,123] [INFO]^[[0m ",
+    "colour_and_time_stamps": (  # one of these before each line, in turn
+        "^[[32m[2024-05-01 12:00:00,123] [INFO]^[[0m ",  # colour codes copied as text
+        "\x1b[32m2024-05-01T12:00:00.123456Z\x1b[0m ",  # real ANSI escapes, ISO 8601
+        "I0501 12:00:00.123456 4242 train.py:77] ",  # glog
+        "[12:00:00] ",  # a time of day
+    ),
     "ipv6_host": "fe80::1ff:fe23:4567:890a: ",
 }
 BAR = " 45%|####5     | 9/20 [00:03<00:04,  2.50it/s]"
@@ -62,7 +68,8 @@ def test_prefixes_give_the_same_facts(name, tmp_path):
     lines = _lines(name)
     for label, prefix in PREFIXES.items():
         rank = 3 if label.startswith("srun") else None
-        got = _facts(_write(tmp_path, [prefix + line for line in lines]), rank)
+        each = (prefix,) if isinstance(prefix, str) else prefix
+        got = _facts(_write(tmp_path, [each[i % len(each)] + line for i, line in enumerate(lines)]), rank)
         assert got == _facts(REAL / name, rank), label
 
 
@@ -70,8 +77,10 @@ def test_prefixes_give_the_same_facts(name, tmp_path):
 def test_progress_bar_glue_and_hard_wrap_give_the_same_facts(name, tmp_path):
     want = _facts(REAL / name)
     lines = _lines(name)
-    glued = [BAR + line if line.strip() and i % 3 == 0 else line for i, line in enumerate(lines)]
-    assert _facts(_write(tmp_path, glued)) == want, "glued onto a progress bar"
+    # a line glued after a bar, after a bar's redraw, and before one (a carriage return between)
+    ways = (BAR + "{}", BAR + "\r{}", "{}\r" + BAR, "{}")
+    glued = [ways[i % 4].format(line) if line.strip() else line for i, line in enumerate(lines)]
+    assert _facts(_write(tmp_path, glued)) == want, "glued onto a progress bar or its redraws"
     wrapped: list[str] = []
     for line in lines:
         if _RECORD.search(line) and "\r" not in line:

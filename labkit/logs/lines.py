@@ -31,10 +31,12 @@ process printed, plus the rank the wrapper told us about:
 Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. The logger names a
 prefix states are kept (``Line.logger``): they say which tool printed a line whose own words do
 not (``Sending process 33051 closing signal SIGTERM`` behind torch elastic's). A Megatron time
-stamp right before ``iteration`` is the record's own and stays. Colour codes (real, or copied as
+stamp right before ``iteration N`` is the record's own and stays. Colour codes (real, or copied as
 text: ``^[[32m``, ``[0m``, or as a logging agent's octal ``#033[A``, ``#015``) and a progress bar a
-message was printed onto are dropped. Reading is streaming: a file is iterated line by line in
-binary and never held whole.
+message was printed onto are dropped. A line a carriage return redrew keeps, in turn, every part
+that held a message (a Trainer's dict a bar's redraw followed); a row ``mpirun --tag-output`` tagged
+piece by piece is one line, another process's tag inside a line starts a message of its own.
+Reading is streaming: a file is iterated line by line in binary and never held whole.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ _PREFIX = re.compile(
     r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
-    r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration)(?: [-|] |: | |:)?"  # a time stamp
+    r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} (?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # glog, absl
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
@@ -129,7 +131,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
     rank: int | None = None
     host: str | None = None
     logger: str | None = None
-    for _ in range(8):  # prefixes nest a few deep (srun label, host:pid:tid, time stamp, level)
+    for _ in range(16):  # prefixes nest several deep (srun label, tee, host:pid:tid, time stamp, level)
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
             break
@@ -196,7 +198,7 @@ def _terminal_parts(raw: str) -> list[str]:
     parts = [p for p in raw.split("\r") if p.strip()]
     if not parts:
         return [""]
-    kept = [t for t in (_overwritten(p) for p in parts[:-1]) if t.strip()]
+    kept = [t for t in (_clean_part(p) for p in parts[:-1]) if t.strip()]
     return [*kept, _clean_part(parts[-1])]
 
 
@@ -212,18 +214,6 @@ def _unescape(raw: str) -> str:
         raw = html.unescape(raw)  # logs copied out of web pages / notebooks (&quot; &#39; &gt;)
     if "[" in raw and "m" in raw:
         raw = _ANSI_TEXT.sub("", raw)  # colour codes copied as text
-    return raw
-
-
-def _overwritten(raw: str) -> str:
-    """A part a later redraw overwrote: its message without the bars (a bar's own description,
-    ``Epoch 0: `` before it, is no message; a Lightning bar's postfix is the last part's to give)."""
-    raw = _unescape(raw)
-    if "%|" in raw:
-        bar = _BAR.search(raw)
-        if bar is not None and bar.start() <= 80 and raw[:bar.start()].rstrip().endswith(":"):
-            raw = raw[bar.end():]
-        raw = _BAR.sub(lambda m: " " if m.start() else "", raw)
     return raw
 
 

@@ -155,6 +155,9 @@ def test_a_step_line_never_continues_another_record():
     # zhedongzheng/tensorflow-nlp, nlp-models/tensorflow/scaled_dot_attn_text_clf_imdb_test.md
     ("Epoch 1/2 | Step 50/781 | train_loss: 0.6205 | train_acc: 0.7500 | lr: 0.0047",
      {"iteration": 50, "lm_loss": 0.6205, "lr": 0.0047}),
+    # The Annotated Transformer (harvardnlp, 2018): its run_epoch's line, a rate's name in words
+    ("Epoch Step: 1 Loss: 3.023465 Tokens per Sec: 403.074173",
+     {"iteration": 1, "lm_loss": 3.023465, "tokens_per_sec": 403.074173}),
     # aakashvardhan/s21-gpt2, log.md
     ("step 1, loss: 10.719036102294922", {"iteration": 1, "lm_loss": 10.719036102294922}),
     # fairseq2's train metrics line with its GradScaler's scale, as a user's public notes quote it

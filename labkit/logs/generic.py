@@ -197,11 +197,18 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
 
 def counter(text: str) -> re.Match | None:
     """The step counter of a line that prints several (MiniLLM's ``inner iter:   7/  8 | ppo epoch:  2/ 4 |
-    global iter:     13/  5000|``): the run's, the first named ``global``; else the first."""
+    global iter:     13/  5000|``, ``Batch [50/313], Step [50/1565]``): the run's, the first named
+    ``global``, else the one of the most steps planned; else the first."""
     first = _COUNTER.search(text)
-    if first is None or "lobal" not in text[first.end():]:
+    if first is None:
+        return None
+    rest = list(_COUNTER.finditer(text, first.end()))
+    if not rest:
         return first
-    return next((m for m in _COUNTER.finditer(text, first.end()) if m.group()[:1] in "gG"), first)
+    named = next((m for m in [first, *rest] if m.group()[:1] in "gG"), None)
+    if named is not None:
+        return named
+    return max([first, *rest], key=lambda m: int(m.group(2) or -1))  # (the first of equals)
 
 
 def fields(text: str) -> dict[str, Any]:

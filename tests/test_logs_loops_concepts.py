@@ -76,6 +76,12 @@ ERNIE_VALID = ("[2022-11-23 09:46:31,176] [    INFO] - valid step 2000, batch: 1
     (LIBAI, {"iteration": 19, "train_iters": 10000, "consumed_samples": 80, "lm_loss": 9.895,
              "elapsed_ms": 7518.7, "samples_per_sec": 0.53, "lr": 0.00015}),
     (ERNIE, {"iteration": 2000, "lm_loss": 7.37985, "lr": 5e-06, "loss_scale": 131072.0}),  # lm_loss wins
+    # iterations per second, the step time's inverse: albert_tf2_2020_..._dlmodels45.txt and
+    # mlx_lm_2024_..._mlxexamples724.txt
+    ("Train step 1040 -- Loss: 11.174, MLM: 10.479, SOP: 0.695, MLM_acc: 0.000, SOP_acc: 0.521 -- It/s: 1.69",
+     {"iteration": 1040, "lm_loss": 11.174, "elapsed_ms": 1000 / 1.69}),
+    ("Iter 860: Train loss 0.413, Learning Rate 1.000e-06, It/sec 0.247, Tokens/sec 159.343, Trained Tokens "
+     "473342, Peak mem 100.759 GB", {"iteration": 860, "lm_loss": 0.413, "elapsed_ms": 1000 / 0.247}),
 ])
 def test_records_by_general_rules(line, want):
     got = generic.parse(clean_line(line).text)

@@ -37,6 +37,7 @@ CONCEPTS = dict(NAMES) | {
     "tokens/gpu/s": "tokg", "tgs": "tokg",  # InternLM's ``tgs (tokens/gpu/second)``
     "samples/s": "smp", "sps": "smp",
     "total_grad_norm": "grad_norm", "grad_norm_total": "grad_norm",
+    "it/s": "ups", "s/it": "s",  # tqdm's units as a name (ALBERT's ``-- It/s: 1.69``, MLX's ``It/sec``)
 }
 # a prefix saying over what a value was taken: ``interval_samples_per_second``, ``num_consumed_samples``
 _PREFIX = re.compile(r"^(?:interval|train|training|num)_(?=[a-z])")

@@ -118,3 +118,32 @@ def test_each_message_a_redraw_overwrote_is_kept_in_turn():
     line = clean_line(DICT + "\r 29%|██▊       | 480/1677 [13:29<33:19,  1.67s/it]\r" + second
                       + "\r 29%|██▊       | 481/1677 [13:30<33:12,  1.67s/it]")
     assert [p.text.strip() for p in split_glued(line)] == [DICT, second]
+
+
+# slurm_2024_bert_srun_label_job_and_step_cancelled_clemson.txt: the job's line and the step's, the
+# step's behind the label of the task srun relayed it for
+JOB = "slurmstepd: error: *** JOB 272162 ON nodeai01 CANCELLED AT 2024-07-10T15:46:57 ***"
+STEP = "0: slurmstepd: error: *** STEP 272162.0 ON nodeai01 CANCELLED AT 2024-07-10T15:46:57 ***"
+
+
+@pytest.mark.parametrize("outer", ["", "3: "])
+@pytest.mark.parametrize("lines", [[JOB, STEP], [STEP, JOB]])
+def test_a_cancellation_takes_its_step_lines_rank_under_any_outer_label(outer, lines):
+    """One event; the task the step's label names, whichever label an outer srun put before both."""
+    (f,) = parse_lines([outer + line for line in lines]).failure_records
+    assert (f.kind, f.rank, f.count) == ("cancelled", 0, 2)
+
+
+# megatron_lm_2026_srun_label_tp2_world2_..._cscs_attnbench.txt: task 1's record, hard-wrapped at 80
+# columns the way a terminal wraps it (srun's label on the first piece only)
+RECORD = ("1:  [2026-06-24 13:38:40.076805] iteration        1/       2 | consumed samples:            2 | "
+          "elapsed time per iteration (ms): 66218.9 | throughput per GPU (TFLOP/s/GPU): 0.0 | learning rate: "
+          "1.000000E-03 | global batch size:     2 | lm loss: 1.181809E+01 | loss scale: 1.0 | grad norm: "
+          "2.041 | params norm: 86.719 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def test_a_labelled_record_hard_wrapped_goes_on_over_its_unlabelled_pieces():
+    pieces = [RECORD[i:i + 80] for i in range(0, len(RECORD), 80)]
+    (rec,) = parse_lines(pieces).iterations.to_dict("records")
+    assert (rec["iteration"], rec["elapsed_ms"], rec["lm_loss"], rec["grad_norm"], rec["nan"]) == (
+        1, 66218.9, 11.81809, 2.041, 0)

@@ -92,6 +92,10 @@ _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
 _SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
 _FAILED_NODE = "Slurm: node "  # how a message naming the node that failed begins
+# a step's cancellation (``*** STEP 272162.0 ON node CANCELLED ...``): srun relays it behind the
+# label of the task it names, where the job's own line (the batch script's) carries an outer
+# wrapper's label, if any
+_STEP = re.compile(r"Slurm job \d{1,12}\.")
 _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
                  "NODE_FAIL": "node_failure"}
 
@@ -244,8 +248,8 @@ class FailureScanner:
         # a Slurm cancellation is the job's, whichever task's label it carries: one event
         if old is not None and (old.rank == f.rank or f.rank is None or old.rank is None or f.key == "slurm"):
             old.count += 1
-            if old.rank is None:
-                old.rank = f.rank
+            if old.rank is None or f.rank is not None and _STEP.match(f.message):
+                old.rank = f.rank  # a step's line names the task srun relayed it for: its label wins
             # slurmstepd's "JOB .. ON node1 CANCELLED .. DUE TO NODE FAILURE" names the node that
             # reported it; srun's "Node failure on node2", in either order, names the one that failed
             if f.message.startswith(_FAILED_NODE) and not old.message.startswith(_FAILED_NODE):

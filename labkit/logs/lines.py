@@ -218,13 +218,16 @@ def _unescape(raw: str) -> str:
 
 
 def _join_pieces(text: str) -> str:
-    """A line whose own Open MPI tag recurs inside it -> one line (the recurring tags dropped)."""
-    first = _MPI_TAG.search(text)
-    if first is None:
-        return text
-    tag = first.group(0)
-    end = first.end()
-    return text[:end] + text[end:].replace(tag, "")
+    """A line whose Open MPI tag recurs inside it -> one line: each tag after its first copy is
+    dropped (the same process's next piece; an outer wrapper's own tag may stand before it)."""
+    seen: set[str] = set()
+    out, end = [], 0
+    for m in _MPI_TAG.finditer(text):
+        if m.group(0) in seen:
+            out.append(text[end:m.start()])
+            end = m.end()
+        seen.add(m.group(0))
+    return "".join(out) + text[end:]
 
 
 def clean_line(raw: str | bytes, lineno: int = 0) -> Line:

@@ -194,6 +194,17 @@ def is_incomplete_iteration(text: str) -> bool:
             and "global_step" not in text and _ITER.search(text) is not None)
 
 
+def wrapped_source(line: Any, pending: dict[tuple, tuple[Any, int, bool]]) -> tuple:
+    """The source (rank, host) whose held record ``line`` goes on: its own; a line with no prefix
+    right after the last piece of another source's held record goes on with that one (a terminal's
+    hard wrap leaves srun's label, a host or a tag on the first piece only)."""
+    src = (line.rank, line.host)
+    if src in pending or line.rank is not None or line.host is not None:
+        return src
+    return next((key for key, (first, pieces, _) in pending.items() if first.lineno + pieces == line.lineno),
+                src)
+
+
 def continues(record: str, text: str) -> bool:
     """Whether ``text`` is more of the hard-wrapped record ``record`` that ended in ``|``: it holds
     no iteration counter and joined on, the record reads more known fields."""

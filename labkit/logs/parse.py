@@ -141,7 +141,7 @@ class _Collector:
             self.in_args = 0 if "end of arguments" in line.text else self.in_args - 1
         elif "- arguments -" in line.text:
             self.in_args = 5000
-        src = (line.rank, line.host)
+        src = megatron.wrapped_source(line, self.pending)
         held = self.pending.pop(src, None)
         if held is not None and (deepspeed.starts_record(line.text) and not held[2]
                                  or held[2] and not megatron.continues(held[0].text, line.text)):

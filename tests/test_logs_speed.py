@@ -16,6 +16,7 @@ import pytest
 
 from labkit.logs import fastscan, parse_log, shapes
 from labkit.logs import parse as parse_mod
+from labkit.logs.frames import frame_of_rows
 from labkit.logs.megatron import COMMON_COLS, COMMON_INT
 from labkit.logs.scan import ITERATION_TRIGGER, SPACES, TRIGGERS
 
@@ -89,6 +90,16 @@ def _iteration_line(rng: random.Random, i: int) -> bytes:
         line = line[:start] + line[line.index("|", start) + 2:] if drop != "[2026" else \
             line[:start] + line[line.index("] ", start) + 2:]
     return rng.choice(PREFIXES) + line.encode() + rng.choice([b"", b"\r", b"  "])
+
+
+def test_how_records_are_chunked_changes_no_columns_type():
+    """A chunk whose records all lack a value (a loss-less Megatron line, lm_loss None) packs the
+    column as NaN floats, as a chunk that holds them among others does."""
+    rows = [{"iteration": i, "lm_loss": None if i < 3 else 1.5} for i in range(1, 5)]
+    whole = frame_of_rows(rows)
+    chunked = pd.concat([frame_of_rows(rows[:2]), frame_of_rows(rows[2:])], ignore_index=True)
+    pd.testing.assert_frame_equal(chunked, whole)
+    assert whole["lm_loss"].dtype == "float64"
 
 
 def test_fast_path_frame_on_a_long_mixed_log(tmp_path, monkeypatch):

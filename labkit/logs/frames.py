@@ -267,8 +267,14 @@ def plain_records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def frame_of_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Records -> a compact frame (timestamps as datetime64, not one string object per row)."""
-    return frame_of_columns(pd.DataFrame(rows))
+    """Records -> a compact frame (timestamps as datetime64, not one string object per row). A
+    column none of the records gives a value is float NaN, as it is where those records share a
+    chunk with records that give one: how records are chunked changes no column's type."""
+    df = pd.DataFrame(rows)
+    empty = [c for c in df.columns if df[c].dtype == object and df[c].isna().all()]
+    if empty:
+        df[empty] = df[empty].astype("float64")
+    return frame_of_columns(df)
 
 
 def frame_of_columns(data: dict[str, list] | pd.DataFrame) -> pd.DataFrame:

@@ -167,9 +167,11 @@ class Steps:
         if rec is not None:
             if rec.pop("micro_step", False):
                 return rec if self.last.get(src) == rec["iteration"] else None
-            self.counted = True
+            self.counted = self.counted or rec["iteration"] > 0  # step=0: the engine's build, no step yet
             if "skipped" in rec:
-                self.last[src] = self.anchor[src] = rec["iteration"]
+                self.last[src] = rec["iteration"]
+                if rec["iteration"]:  # a Trainer dict follows an optimizer step: step=0 numbers none
+                    self.anchor[src] = rec["iteration"]
             return rec
         rec = hf.parse_trainer_dict(line.text)
         if rec is None:

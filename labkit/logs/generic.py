@@ -90,7 +90,9 @@ _ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")
 _RANGE = re.compile(r"(?<![\w.-])\d{1,12}-(\d{1,12})\s{0,2}"
                     r"(?i:batch(?:es)?|iter(?:ation)?s?|steps?)(?![a-z])")
 _norm = records.norm
-_UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B)?"
+# a unit, or an SI suffix glued to the number (``113.4k tok/s``, ``1.2M``): the value x 1e3, 1e6, 1e9
+_UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B|(?<=\d)[kG])?"
+_SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
 _AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2})|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
                     r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
@@ -261,6 +263,10 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
             unit = (units or {}).get(name.lower())
         if unit is None and kind == "time" and data:
             unit = "s"
+        elif kind == "mem" and unit == "G":  # ``max_mem: 12G``: GiB, as ``2996M`` is MiB
+            unit = "GiB"
+        elif kind != "mem" and unit in _SI:  # a count with its SI suffix (``113.4k tok/s``, ``1.2M``)
+            v, unit = v * _SI[unit], None
         elif kind == "mem" and unit in (None, "M"):  # no unit: a whole number MiB (torch's bytes
             # / 2**20: MetricLogger's ``max mem: 51710``, detectron2's ``max_mem: 2996M``), else GB
             unit = "MiB" if unit == "M" or value.isdigit() else "GB"  # (Composer's ``memory/..._mem``)
@@ -281,11 +287,12 @@ class Records(list):
         self.last = 0  # the line number it reached
         self.units: dict[str, str] = {}  # name -> unit, from the log's legend of its metrics
         self.epoch0 = False  # the log's epochs count from 0
+        self.depth = 0  # held: a JSON object printed over lines (InstructLab's), its braces still open
 
     def close(self, cut: bool = False) -> None:
         """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
         step, whatever its lines hold)."""
-        text, self.held, self.cut = self.held, None, False
+        text, self.held, self.cut, self.depth = self.held, None, False, 0
         rec = parse(text, self) if text is not None else None
         if rec is None and cut and text is not None and not self.wrap:
             m = counter(text)
@@ -301,6 +308,12 @@ def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
     recs, text = col.generic, line.text
     if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
+        return
+    if recs.depth:  # an object printed over lines: read whole where its braces close
+        recs.held = f"{recs.held} {text.strip()}"
+        recs.depth += text.count("{") - text.count("}")
+        if recs.depth <= 0 or len(recs.held) > 16000:
+            recs.close()
         return
     if recs.held is not None and recs.cut:  # the rest of a field cut at the terminal's width
         if line.lineno <= recs.last + 1 and _REST.match(text) and not counter(text):
@@ -324,6 +337,9 @@ def offer(col: Any, line: Any) -> None:
             return
         recs.close()
     end = text.rstrip()[-1:]
+    if end == "{":  # a JSON object opened at the end of a line (after a bar): its keys follow
+        recs.held, recs.depth, recs.rank, recs.last = text.rstrip(), 1, line.rank, line.lineno
+        return
     wrapped = end == "," and _WRAPPED.search(text) is not None
     if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
@@ -345,7 +361,7 @@ def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
     """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
     part of a record over several lines)."""
     end = raw.rstrip()[-1:]
-    if may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", ":", "]"):
+    if may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", b"{", ":", "]", "{"):
         for line in split_glued(clean(raw, lineno)):
             offer(col, line)
 

@@ -1,0 +1,62 @@
+"""Step records of several readers and of several lines (labkit/logs/generic.py, deepspeed.py's
+Steps), from real lines.
+
+Each line is a line of a corpus log (tests/fixtures/logs/real, sources in its README.md), named
+beside it; the expected values are read from the line by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.logs import generic, parse_lines
+
+# nanogpt_style_2026_qwen3_dense_..._pratic.txt, its first and last step lines
+PRATIC = ["step   47700 | loss 1.4684 | lr 1.79e-04 | grad 0.075 | 113.4k tok/s | mfu 114.07%",
+          "step   57350 | loss 13.5626 | lr 1.38e-04 | grad 0.820 | 37.2k tok/s | mfu 37.42%"]
+# hf_trainer_deepspeed_2025_llamafactory_..._chevolier.txt: DeepSpeed's step=0 at the engine's build,
+# then the first two Trainer dicts glued behind their bars (carriage returns as logged)
+CHEVOLIER = [
+    "[2025-04-01 07:26:44,333] [INFO] [logging.py:96:log_dist] [Rank 0] step=0, skipped=0, lr=[0.0, 0.0], "
+    "mom=[(0.9, 0.999), (0.9, 0.999)]",
+    "***** Running training *****",
+    "\r  1%|          | 1/120 [03:05<6:07:17, 185.19s/it]\r" + " " * 50 + "\r{'loss': 1.5071, "
+    "'grad_norm': 7.700284481048584, 'learning_rate': 4.166666666666667e-06, 'epoch': 0.04}",
+    "\r  1%|          | 1/120 [03:05<6:07:17, 185.19s/it]\r  2%|\u258f         | 2/120 [05:40<5:29:58, "
+    "167.78s/it]\r" + " " * 50 + "\r{'loss': 1.5376, 'grad_norm': 7.167555809020996, "
+    "'learning_rate': 8.333333333333334e-06, 'epoch': 0.08}",
+]
+# instructlab_2024_tqdm_glued_json_..._instructlab392.txt, its first record (a JSON object over lines
+# glued behind a bar) and the per-rank loss lines of the next step, glued
+INSTRUCTLAB = ["Epoch 0:  97%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u258b| 76/78 "
+               "[03:54<00:05,  2.94s/it]{", '    "epoch": 0,', '    "step": 76,', '    "rank": 0,',
+               '    "overall_throughput": 44.94857943825548,', '    "lr": 2.0000000000000003e-06,',
+               '    "cuda_mem_allocated": 1.2444758415222168,', '    "cuda_malloc_retries": 0,',
+               '    "num_loss_counted_tokens": 25623,', '    "batch_size": 125,',
+               '    "total_loss": 3.9130468719509817,', '    "samples_seen": 9661,',
+               '    "timestamp": "2024-12-20T13:51:34.253834"', "}",
+               "Epoch: 0, Step: 77, Rank: 3, loss = 0.95703125Epoch: 0, Step: 77, Rank: 1, loss = 0.71484375",
+               "Epoch: 0, Step: 77, Rank: 0, loss = 0.921875"]
+
+
+@pytest.mark.parametrize("line, tokens", [(PRATIC[0], 113400.0), (PRATIC[1], 37200.0)])
+def test_a_number_with_an_si_suffix_is_scaled(line: str, tokens: float) -> None:
+    rec = generic.parse(line)
+    assert rec is not None and rec["tokens_per_sec"] == pytest.approx(tokens)
+    its = parse_lines([line]).iterations
+    assert its["tokens_per_sec"].tolist() == pytest.approx([tokens])
+
+
+def test_deepspeed_step_0_at_the_engine_build_numbers_no_trainer_dict() -> None:
+    its = parse_lines(CHEVOLIER).iterations
+    assert its["iteration"].tolist() == [0, 1, 2]
+    assert its["lr"].tolist() == pytest.approx([0.0, 4.166666666666667e-06, 8.333333333333334e-06])
+    assert its["lm_loss"].isna().tolist() == [True, False, False]
+    assert its["lm_loss"].tolist()[1:] == pytest.approx([1.5071, 1.5376])
+
+
+def test_a_json_object_over_lines_after_a_bar_is_one_step_record() -> None:
+    its = parse_lines(INSTRUCTLAB).iterations
+    assert its["iteration"].tolist() == [76, 77]
+    assert its["lm_loss"].tolist()[0] == pytest.approx(3.9130468719509817)
+    assert its["lr"].tolist()[0] == pytest.approx(2.0000000000000003e-06)

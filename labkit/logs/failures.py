@@ -88,6 +88,11 @@ _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded
 # disk with room to spare.
 _KERNEL_TABLE = re.compile(r"inotify|fanotify|\b(?:add_)?watch\b"
                            r"|\b(?:epoll_ctl|semget|shmget|msgget|mq_open)\b")
+# ENOSPC on shared memory (a tmpfs in RAM: a container's /dev/shm is 64 MB unless docker's
+# --shm-size or --ipc=host raise it) is memory, not a disk: the path names it (``/dev/shm/...``,
+# torch's shared tensors ``unable to write to file </torch_739_144252761_4>``, NCCL's segments
+# ``include/shm.h:28 NCCL WARN Call to posix_fallocate failed``)
+_SHM = re.compile(r"/dev/shm|</torch_\d|\bshm\.(?:h|cc)\b|shared memory")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
 _SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
@@ -190,6 +195,9 @@ def match_line(text: str, rank: int | None) -> Failure | None:
                            + _short(text), HINTS["sigkill"], evidence="signal", key="sigkill")
     if "ENOSPC" in text or "No space" in text or "quota" in text or "Errno 28" in text:
         if _DISK_FULL.search(text) and _KERNEL_TABLE.search(text) is None:
+            if _SHM.search(text):
+                return Failure("host_oom", rank, None, "shared memory (/dev/shm) full: " + _short(text),
+                               HINTS["shm"], key="shm")
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
     if "Uncaught " in text:
         m = _UNCAUGHT.search(text)

@@ -48,7 +48,8 @@ TOOL_WORDS = (
     ("NCCL", ("NCCL", "nThread ", "algbw", "Avg bus bandwidth",  # nccl-tests; a page may eat "#"
               " INFO init.cu:", " INFO bootstrap.cu:", "include/socket.h:", "include/net.h:")),  # 2018
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
-               "Traceback", "torchelastic", "elastic_operator", "Rendezvous", "orker group")),  # elastic
+               "Traceback", "torchelastic", "elastic_operator", "Rendezvous", "orker group",  # elastic
+               "FSDP")),  # PyTorch's fully sharded data parallel (open_lm's After FSDP ... on rank 6)
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
@@ -69,7 +70,9 @@ _SCALE = re.compile(
     r"|[Rr]educing (?:dynamic )?loss scale (?:from ([0-9.eE+-]{1,30}) )?to ([0-9.eE+-]{1,30})"
     r"|setting loss scale to: ([0-9.eE+-]{1,30})")
 _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale reached")
-_DS_RANK = re.compile(r"OVERFLOW! Rank (\d{1,6})")
+# the process an overflow line names (``OVERFLOW! Rank 0``, ZeRO-2's ``loss scale overflow! Rank 6``): each
+# process skips the step, so the lines of several at one step are one skipped step
+_DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
 # A terminal's hard wrap pasted as text: the rest of the row filled with blanks, mid-word
 # (``Attempted loss scal                                 e: 8192``).
 _WRAP = re.compile(r" {8,200}")

@@ -73,6 +73,12 @@ _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 _RANK_WORDS = ("n_gpu: ", "training_ranks", "ank")  # a cheap test before the table's pattern
 
 
+# DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,
+# ``self.seq_dp_world_size=8``): the first is the data-parallel group's size, DP; the model-parallel
+# group's is not split into TP and PP, and a sequence-parallel run's seq_dp group is another group
+_DP_WORLD = re.compile(r"(?<![\w-])dp_world_size\s{0,2}[=:]\s{0,2}(\d{1,7})\b")
+
+
 def stated_rank_count(text: str) -> int | None:
     """The ranks a line of _RANK_STATEMENTS states, else None."""
     m = _RANK_COUNT.search(text)
@@ -104,6 +110,10 @@ _MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d
 _MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1,12})")
 _MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
               "ep": None, "etp": None}
+# a program's own statement of its layout by short names, the world among them: ``[env] world=4 tp=2
+# dp=2 ...``. As a mesh's names, a dimension it does not name is of size 1 where the named ones
+# multiply to the world (else the line is no statement of the layout: nothing read)
+_NAMED_SIZE = re.compile(r"(?<![\w.-])(world|tp|pp|dp|cp)=(\d{1,7})(?![\w./])")
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 # An inference engine's own parallelism is not the training's layout: verl's config names vLLM's or
 # SGLang's sizes under its ``'rollout': {`` section (a dict printed by pprint, a YAML ``rollout:``), a
@@ -143,7 +153,8 @@ class _Serving:
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
     value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
-    program's count of its ranks (_RANK_COUNT), and the sizes of a device mesh."""
+    program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD), and
+    the sizes of a device mesh or of a program's ``world=N tp=T dp=D`` statement."""
     out: dict[str, int] = {}
     seen = 0
     serving = _Serving()
@@ -168,12 +179,16 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             ws = stated_world_size(text)
             if ws is not None:
                 out["world_size"] = ws
+        if "dp_world_size" in text and "dp" not in out:
+            m = _DP_WORLD.search(text)
+            if m:
+                out["dp"] = int(m.group(1))
         if "world_size" not in out and any(w in text for w in _RANK_WORDS):
             ws = stated_rank_count(text)
             if ws is not None:
                 out["world_size"] = ws
-        if "device mesh" in text:
-            for key, v in _mesh(text).items():
+        if "device mesh" in text or "world=" in text:
+            for key, v in (_mesh(text) if "device mesh" in text else _named_sizes(text)).items():
                 out.setdefault(key, v)
     return out
 
@@ -198,6 +213,18 @@ def _mesh(text: str) -> dict[str, int]:
             out[_MESH_KEYS[n]] *= size
     out["world_size"] = out["dp"] * out["tp"] * out["pp"] * out["cp"]
     return out
+
+
+def _named_sizes(text: str) -> dict[str, int]:
+    """The layout a ``world=N tp=T dp=D`` statement gives (_NAMED_SIZE), else empty."""
+    named = {k: int(v) for k, v in _NAMED_SIZE.findall(text)}
+    world = named.pop("world", None)
+    if world is None or not named:
+        return {}
+    out = {"dp": 1, "tp": 1, "pp": 1, "cp": 1} | named
+    if out["dp"] * out["tp"] * out["pp"] * out["cp"] != world:
+        return {}
+    return {**out, "world_size": world}
 
 
 def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict[str, int | None]:

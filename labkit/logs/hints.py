@@ -38,6 +38,9 @@ HINTS = {
                  "(`df -h DIR`; `labkit clean` removes your finished runs' checkpoints) or save "
                  "to a bigger disk (--save DIR, or another run_root), then resume from the last "
                  "complete checkpoint (`labkit submit CONFIG --resume`).",
+    "shm": "shared memory (/dev/shm, a tmpfs in RAM) is full, not a disk: a container's is 64 MB unless "
+           "raised - run it with docker's --shm-size=16g or --ipc=host (a Kubernetes pod: a memory-backed "
+           "emptyDir on /dev/shm), or use fewer DataLoader workers.",
     "bad_checkpoint": "the checkpoint being loaded is truncated or corrupt (a save cut short by a "
                       "full disk or a kill): write the previous complete iteration (the message "
                       "names it) into latest_checkpointed_iteration.txt and resume, or start over "

@@ -9,9 +9,16 @@ import re
 # NCCL's ``NCCL WARN Cuda failure 'out of memory'`` (since 2.x numbered: ``Cuda failure 2 '...'``);
 # PyTorch before 1.0: ``THCudaCheck FAIL file=... line=66 error=2 : out of memory``, then
 # ``RuntimeError: cuda runtime error (2) : out of memory at ...`` (one event: no size, one key)
+# An accelerator's memory of any framework: XLA's (JAX, TensorFlow, PyTorch/XLA) status on a TPU or a GPU,
+# ``XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory
+# space hbm. Used 87.08G of 30.75G hbm.`` or ``RESOURCE_EXHAUSTED: Out of memory while trying to
+# allocate 8589934592 bytes.``, and TensorFlow's ``OOM when allocating tensor with shape[...] ... on
+# /job:localhost/replica:0/task:0/device:GPU:0``
 GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
                      r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure (?:2 )?'out of memory'"
-                     r"|(?:cuda runtime error \(2\)|THCudaCheck FAIL .{0,300}error=2) : out of memory")
+                     r"|(?:cuda runtime error \(2\)|THCudaCheck FAIL .{0,300}error=2) : out of memory"
+                     r"|RESOURCE_EXHAUSTED: .{0,200}?(?:[Oo]ut of memory|Ran out of memory in memory space)"
+                     r"|OOM when allocating tensor .{0,400}device:(?:GPU|TPU)")
 TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
 SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}

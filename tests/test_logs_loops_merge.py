@@ -60,3 +60,16 @@ def test_a_json_object_over_lines_after_a_bar_is_one_step_record() -> None:
     assert its["iteration"].tolist() == [76, 77]
     assert its["lm_loss"].tolist()[0] == pytest.approx(3.9130468719509817)
     assert its["lr"].tolist()[0] == pytest.approx(2.0000000000000003e-06)
+
+
+# megatron_core_2026_torchrun_glog_nccl_2.30.7_..._iseekyan.txt: a loop's loss qualified by a word
+ISEEKYAN = ["[step 0] loss native=0.002999 mlite=0.002999 | native-vs-mlite global_max_abs=0.000e+00 | "
+            "neg-control(no-finalize) global_max_abs=2.075e-03",
+            "[step 1] loss native=0.002341 mlite=0.002341 | native-vs-mlite global_max_abs=0.000e+00 | "
+            "neg-control(no-finalize) global_max_abs=2.441e-03"]
+
+
+def test_a_loss_qualified_by_a_word_is_the_first_value() -> None:
+    its = parse_lines(ISEEKYAN).iterations
+    assert its["iteration"].tolist() == [0, 1]
+    assert its["lm_loss"].tolist() == pytest.approx([0.002999, 0.002341])

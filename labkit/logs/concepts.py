@@ -140,3 +140,21 @@ def put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, p
         rec.setdefault(kind, None)
     elif unit in (None, "%") or kind == "tflops_per_gpu":
         rec.setdefault(kind, v)
+
+
+# a loss qualified by a word before its value (``loss native=0.0029 mlite=0.0029``: the first is the
+# loop's own); a word that names a mean, an evaluation, a counter or another metric is no qualifier
+_QUALIFIED = re.compile(r"\s([a-z]{2,12})\s{0,2}[=:]\s{0,4}(?=[-+]?\d)")
+_NO_QUALIFIER = re.compile(r"^(?:steps?|iter|iteration|it|batch|epoch|rank|global|num|is)$")
+
+
+def qualified(text: str, end: int) -> int | None:
+    """Where the qualifier a loss's name at ``end`` of ``text`` has before its value ends; None: none."""
+    q = _QUALIFIED.match(text, end)
+    if q is None:
+        return None
+    word = q.group(1)
+    if _MEAN.search(word) or EVAL_PART.search(word) or _NO_QUALIFIER.match(word) or kind(word):
+        return None
+    return q.end(1)
+

@@ -246,6 +246,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         if kind is None:
             continue
         a = _AFTER.match(text, m.end())
+        if a is None and kind in ("lm_loss", "loss") and (q := concepts.qualified(text, m.end())):
+            a = _AFTER.match(text, q)  # ``loss native=X``: the loss
         if a is not None:
             value, unit, used = a.group(2), a.group(3), a.end()
         elif qualifier:  # a qualified name is followed by its value

@@ -73,3 +73,47 @@ def test_a_loss_qualified_by_a_word_is_the_first_value() -> None:
     its = parse_lines(ISEEKYAN).iterations
     assert its["iteration"].tolist() == [0, 1]
     assert its["lm_loss"].tolist() == pytest.approx([0.002999, 0.002341])
+
+
+# Loops whose logs are in no corpus folder, read by the general rules (a line each, or an object over
+# lines), sources: torchtune's log of huggingface.co/sca255/javabookgpt (log_1727690571.txt);
+# MMEngine's of huggingface.co/kanashi6/GiT (det_base.log); detectron2's metrics.json of
+# huggingface.co/unoaiinc/parser (parser_2024-03-12/metrics.json); MMDetection 2's JSON log of
+# huggingface.co/czczup/ViT-Adapter (mask_rcnn_deit_adapter_tiny_fpn_1x_coco.log); an axolotl run's
+# log_history entry of huggingface.co/duoyuncloud/zsh-cli-lora (checkpoint-45/trainer_state.json)
+UNSEEN = [
+    (["Step 1 | loss:2.575782299041748 lr:2.0000000000000002e-07 "
+      "tokens_per_second_per_gpu:242.20615514588104"],
+     {"iteration": 1, "lm_loss": 2.575782299041748, "lr": 2.0000000000000002e-07,
+      "tokens_per_gpu_per_sec": 242.20615514588104}, None),
+    (["2023/11/27 07:38:21 - mmengine - INFO - Iter(train) [ 500/120000] base_lr: 1.9999e-04 lr: 1.9999e-05 "
+      "eta: 2 days, 0:24:47 time: 1.4585 data_time: 0.0141 memory: 20933 grad_norm: 0.7712 loss: 0.6846 "
+      "detection_loss_cls: 0.1402 detection_loss_reg: 0.5444"],
+     {"iteration": 500, "train_iters": 120000, "elapsed_ms": 1458.5, "lm_loss": 0.6846, "lr": 1.9999e-05,
+      "grad_norm": 0.7712}, 20933.0),
+    (['{"data_time": 0.0036090999999487394, "eta_seconds": 17583.512774706414, "fast_rcnn/cls_accuracy": '
+      '0.79443359375, "iteration": 19, "loss_box_reg": 0.2794760763645172, "loss_cls": 1.0581414699554443, '
+      '"loss_rpn_cls": 0.07686016336083412, "loss_rpn_loc": 0.07191445678472519, "lr": 4.99525e-06, '
+      '"roi_head/num_bg_samples": 440.0, "time": 0.29315626500010694, "total_loss": 1.607136425562203}'],
+     {"iteration": 19, "elapsed_ms": 293.15626500010694, "lm_loss": 1.607136425562203, "lr": 4.99525e-06},
+     None),
+    (['{"mode": "train", "epoch": 1, "iter": 50, "lr": 2e-05, "memory": 14346, "data_time": 1.77455, '
+      '"loss_rpn_cls": 0.68081, "loss_rpn_bbox": 0.10844, "loss_cls": 2.70253, "acc": 55.43164, "loss_bbox": '
+      '0.00945, "loss_mask": 0.90792, "loss": 4.40916, "time": 2.17396}'],
+     {"iteration": 50, "elapsed_ms": 2173.96, "lm_loss": 4.40916, "lr": 2e-05}, 14346.0),
+    (["    {", '      "epoch": 0.41237113402061853,', '      "grad_norm": 29.422929763793945,',
+      '      "learning_rate": 3.6e-05,', '      "loss": 2.1003,', '      "memory/device_reserved (GiB)": 0,',
+      '      "memory/max_active (GiB)": 4.94,', '      "memory/max_allocated (GiB)": 8.44,',
+      '      "ppl": 8.16862,', '      "step": 10,', '      "tokens/total": 40960,',
+      '      "tokens/train_per_sec_per_gpu": 0.03,', '      "tokens/trainable": 732', "    },"],
+     {"iteration": 10, "lm_loss": 2.1003, "lr": 3.6e-05, "grad_norm": 29.422929763793945}, None),
+]
+
+
+@pytest.mark.parametrize("lines, want, allocated", UNSEEN)
+def test_loops_of_no_corpus_log_read(lines: list[str], want: dict, allocated: float | None) -> None:
+    parsed = parse_lines(lines)
+    got = parsed.iterations.dropna(axis=1, how="all").to_dict("records")
+    assert len(got) == 1 and got[0] == pytest.approx(want)
+    mem = parsed.memory["allocated_mb"].dropna().tolist()
+    assert mem == ([allocated] if allocated is not None else [])

@@ -149,11 +149,13 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
     epoch = number(obj.get("epoch"))
     if epoch is not None:
         rec["_epoch"] = epoch
+    data = any(norm(str(key)).endswith("data_time") for key in obj)  # then a time is in seconds
     for key, value in obj.items():
         k = kind(str(key))
         v = number(value) if k is not None else None
-        if v is not None:
-            put(rec, k, norm(key), v, None, _PER_DEVICE.search(str(key)) is not None)
+        if v is not None:  # a memory size as a whole number: MiB (torch's bytes / 2**20), as on a line
+            unit = "s" if k == "time" and data else "MiB" if k == "mem" and isinstance(value, int) else None
+            put(rec, k, norm(key), v, unit, _PER_DEVICE.search(str(key)) is not None)
     settle(rec)
     return rec
 

@@ -105,3 +105,27 @@ def test_enospc_on_shared_memory_is_memory_not_a_full_disk(line, kind):
     (f,) = parse_lines([line]).failure_records
     assert f.kind == kind
     assert ("shm" in f.hint) == (kind == "host_oom")
+
+
+# https://github.com/NVIDIA/Megatron-LM/issues/878 (in docker; fixed by --shm-size): two DataLoader
+# processes' tracebacks through one pipe, the semaphore's call just above the exception, then the
+# same error again glued to another frame
+SEMLOCK = ['  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__',
+           "    sl = self._semlock = _multiprocessing.SemLock(",
+           "    sl = self._semlock = _multiprocessing.SemLock(",
+           "OSError: [Errno 28] No space left on device",
+           "    return iter(dataloader)OSError",
+           "[Errno 28] No space left on device",
+           '  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", line 436, '
+           'in __iter__']
+
+
+@pytest.mark.parametrize("head", [[], ["Traceback (most recent call last):"]])
+def test_enospc_of_a_shared_memory_call_in_the_frame_above_is_memory(head):
+    (f,) = parse_lines(head + SEMLOCK).failure_records
+    assert (f.kind, f.count) == ("host_oom", 2)
+
+
+def test_a_bare_enospc_without_a_shared_memory_call_stays_a_full_disk():
+    lines = [SEMLOCK[0], "    os.write(fd, data)", SEMLOCK[3]]
+    assert [f.kind for f in parse_lines(lines).failure_records] == ["disk_full"]

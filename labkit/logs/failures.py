@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
-from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SLURM_OOM, oom_key
+from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SHM, SHM_CALL, SLURM_OOM, oom_key
 
 KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
          "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
@@ -88,11 +88,6 @@ _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded
 # disk with room to spare.
 _KERNEL_TABLE = re.compile(r"inotify|fanotify|\b(?:add_)?watch\b"
                            r"|\b(?:epoll_ctl|semget|shmget|msgget|mq_open)\b")
-# ENOSPC on shared memory (a tmpfs in RAM: a container's /dev/shm is 64 MB unless docker's
-# --shm-size or --ipc=host raise it) is memory, not a disk: the path names it (``/dev/shm/...``,
-# torch's shared tensors ``unable to write to file </torch_739_144252761_4>``, NCCL's segments
-# ``include/shm.h:28 NCCL WARN Call to posix_fallocate failed``)
-_SHM = re.compile(r"/dev/shm|</torch_\d|\bshm\.(?:h|cc)\b|shared memory")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
 _SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
@@ -116,6 +111,11 @@ def _rank_in(text: str, rank: int | None) -> int | None:
     if rm is None or (rm.group(1) not in (None, "0") and rank is not None):
         return rank
     return int(rm.group(2))
+
+
+def _shm_full(text: str, rank: int | None) -> Failure:
+    return Failure("host_oom", rank, None, "shared memory (/dev/shm) full: " + _short(text), HINTS["shm"],
+                   key="shm")
 
 
 def match_line(text: str, rank: int | None) -> Failure | None:
@@ -195,9 +195,8 @@ def match_line(text: str, rank: int | None) -> Failure | None:
                            + _short(text), HINTS["sigkill"], evidence="signal", key="sigkill")
     if "ENOSPC" in text or "No space" in text or "quota" in text or "Errno 28" in text:
         if _DISK_FULL.search(text) and _KERNEL_TABLE.search(text) is None:
-            if _SHM.search(text):
-                return Failure("host_oom", rank, None, "shared memory (/dev/shm) full: " + _short(text),
-                               HINTS["shm"], key="shm")
+            if SHM.search(text):
+                return _shm_full(text, rank)
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
     if "Uncaught " in text:
         m = _UNCAUGHT.search(text)
@@ -281,6 +280,10 @@ class FailureScanner:
                     if f is not None:
                         f.line = prev.lineno
                         break
+        if f is not None and f.kind == "disk_full" and prev is not None and (
+                prev.lineno == line.lineno - 1 and SHM_CALL.search(prev.text)
+                or ("host_oom", "shm") in self._by_key and "/" not in text):
+            f = _shm_full(text, line.rank)  # the frame's call above, or the same error again unnamed
         self._preempt = self._preempt or "preempted" in text
         said = self._records.feed(text, line.lineno)  # a JSON error record's exception (read as data)
         if said is not None and f is None:

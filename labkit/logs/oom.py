@@ -29,6 +29,16 @@ SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup
                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
                        r"|Out of memory: Kill(?:ed)? process")
 
+# ENOSPC on shared memory (a tmpfs in RAM: a container's /dev/shm is 64 MB unless docker's
+# --shm-size or --ipc=host raise it) is memory, not a disk: the path names it (``/dev/shm/...``,
+# torch's shared tensors ``unable to write to file </torch_739_144252761_4>``, NCCL's segments
+# ``include/shm.h:28 NCCL WARN Call to posix_fallocate failed``), or the traceback's code line just
+# above the exception names the call (``_multiprocessing.SemLock(``: a POSIX semaphore, made in
+# /dev/shm; ``shm_open``, ``SharedMemory(``, torch's ``_share_fd_cpu_()``)
+SHM = re.compile(r"/dev/shm|</torch_\d|\bshm\.(?:h|cc)\b|shared memory")
+SHM_CALL = re.compile(r"^\s.{0,200}\b(?:SemLock|sem_open|shm_open|SharedMemory"
+                      r"|_share_(?:fd|filename)\w{0,8})\(")
+
 
 def oom_key(text: str) -> str:
     """One out-of-memory event's key: the size it tried to allocate, written the way PyTorch's

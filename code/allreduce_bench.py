@@ -269,4 +269,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine_stop import end_process
+
+    end_process(main())

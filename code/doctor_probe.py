@@ -343,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     rec["phase"] = "done"
     rec["end"] = time.time()
     _write(out, rank, rec)
-    sys.stdout.flush()
-    os._exit(0)  # do not wait for a hung collective's thread
+    from engine_stop import end_process
+
+    end_process(0)  # not sys.exit: it would wait for a hung collective's thread
 
 
 if __name__ == "__main__":

@@ -60,12 +60,24 @@ def stop_line(signum: int, iteration: int, train_iters: int, saved: str | None) 
 
 
 def end_process(exit_code: int) -> None:
-    """End a rank. One that finished or stopped (0, ``STOPPED_EXIT_CODE``) has closed what it
-    writes (log, TensorBoard, checkpoints, the process group): it skips the interpreter's teardown
-    of torch and megatron-core, ~3 s of CPU per rank that nobody reads (benchmarks/README.md,
-    "Engine (CPU)"), after doing what that teardown must still do: end the processes
-    dist-checkpointing started (a multiprocessing manager), which would otherwise outlive the rank
-    and hold its stdout open. A failing rank exits normally."""
+    """End a rank: every labkit process that joined a gloo process group ends here (the
+    engine, the doctor's probe, the all-reduce benchmark, the tests' distributed scripts;
+    tests/test_house.py checks it). One that finished or stopped (0, ``STOPPED_EXIT_CODE``) has
+    closed what it writes (log, TensorBoard, checkpoints, the process group) and skips the
+    interpreter's teardown, for two reasons:
+
+    - a gloo worker thread drops its reference to a finished collective's work (and so its
+      tensors' Python objects) only after the caller's ``wait`` returned; on a loaded machine it
+      can first run again once the main thread is in the interpreter's teardown, where taking the
+      GIL ends the thread inside that destructor: ``terminate called without an active
+      exception``, SIGABRT, exit -6 after a run that succeeded (a core dump of a 2-rank gloo
+      script showed exactly these two threads; ``destroy_process_group`` does not join them);
+    - the teardown of torch and megatron-core costs ~3 s of CPU per rank that nobody reads
+      (benchmarks/README.md, "Engine (CPU)").
+
+    First it does what that teardown must still do: end the processes dist-checkpointing started
+    (a multiprocessing manager), which would otherwise outlive the rank and hold its stdout open,
+    and flush stdout and stderr. A failing rank exits normally."""
     import os
     import sys
 

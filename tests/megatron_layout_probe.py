@@ -83,6 +83,9 @@ def worker(rank: int, world: int, port: int, tp: int, pp: int, vpp: int, models:
     dist.barrier()
     ps.destroy_model_parallel()
     dist.destroy_process_group()
+    from engine_stop import end_process
+
+    end_process(0)
 
 
 def main() -> None:

@@ -73,6 +73,9 @@ def _tp_worker(rank: int, port: int, out: str) -> None:
                       .tolist() for k in ("tokens", "labels")} for s in range(STEPS)],
     }))
     torch.distributed.destroy_process_group()
+    from engine_stop import end_process
+
+    end_process(0)
 
 
 def test_tp_rank_0_alone_reads_and_broadcasts(tmp_path):

@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from labkit.errors import LabkitError
 from labkit.measured.profiling import classify, profile_breakdown, trace_breakdown
+
+CODE = Path(__file__).resolve().parent.parent / "code"
 
 GEN = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
@@ -28,6 +31,9 @@ GEN = textwrap.dedent("""
             c = b.to(torch.float64)            # memcpy
             p.step()
     dist.destroy_process_group()
+    sys.path.insert(0, sys.argv[2])
+    from engine_stop import end_process
+    end_process(0)
 """)
 
 
@@ -38,7 +44,8 @@ def cpu_traces(tmp_path_factory):
     script.write_text(GEN)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                        "2", str(script), str(out)], env=env, capture_output=True, text=True, timeout=300)
+                        "2", str(script), str(out), str(CODE)], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return out
 

@@ -50,4 +50,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "code"))
+    from engine_stop import end_process
+
+    end_process(main())  # not the interpreter's teardown: code/engine_stop.py says why

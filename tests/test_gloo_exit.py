@@ -1,11 +1,6 @@
-"""How a process that joined a gloo group ends: through code/engine_stop.py's ``end_process``.
-
-A gloo worker thread drops its reference to a finished collective's work only after the
-caller's ``wait`` returned; on a loaded machine it can run again only once the main thread is in
-the interpreter's teardown, and dies there holding a destructor: SIGABRT after a run that
-succeeded (a core dump of tests/test_profiling.py's 2-rank script, 2 of 28 runs beside a CI run,
-showed the worker in ``~AsyncAllreduceWork`` -> ``take_gil`` -> ``pthread_exit`` while the main
-thread ran ``Py_FinalizeEx``). ``end_process`` ends a finished rank without that teardown.
+"""How a process that joined a gloo group ends: through code/engine_stop.py's ``end_process``,
+not the interpreter's teardown, which can abort a finished rank under load (its docstring says
+why; found as a SIGABRT in tests/test_profiling.py's 2-rank fixture, 3 of 74 runs beside a CI run).
 """
 
 from __future__ import annotations
@@ -21,7 +16,8 @@ ENDS = re.compile(r"\bend_process\(")
 
 
 def _joins_without_ending(paths: list[Path]) -> list[str]:
-    return [str(p) for p in paths if JOINS.search(p.read_text()) and not ENDS.search(p.read_text())]
+    texts = {p: p.read_text() for p in paths}
+    return [str(p) for p, text in texts.items() if JOINS.search(text) and not ENDS.search(text)]
 
 
 def _programs() -> list[Path]:
@@ -36,7 +32,7 @@ def test_every_program_that_joins_a_gloo_group_ends_through_end_process():
     assert _programs(), "no program found: the scan looks in the wrong place"
     assert _joins_without_ending(_programs()) == [], (
         "these join a process group but end through the interpreter's teardown, which can abort "
-        "a finished rank (this file's docstring): end them with code/engine_stop.py's end_process")
+        "a finished rank: end them with code/engine_stop.py's end_process, whose docstring says why")
 
 
 def test_the_scan_finds_a_program_that_does_not_end_through_end_process(tmp_path):

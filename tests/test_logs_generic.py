@@ -231,8 +231,8 @@ def test_the_records_own_loss_wins_over_its_terms():
     # `` iter 3700   time/iter: 0.50  lr: 0.000100 loss_mn: 0.0016 ... loss_mse: 0.0280 losses: 3.4793``:
     # a time per iteration without a unit is seconds; losses the total of the named terms
     (NLUT, 1, {"iteration": 3700, "elapsed_ms": 500.0, "lr": 0.0001, "lm_loss": 3.4793}),
-    # ``... loss_mn: nan ... losses: nan``: no number, the step's other metrics stay
-    (NLUT, 11, {"iteration": 4700, "elapsed_ms": 490.0, "lr": 0.0001}),
+    # ``... loss_mn: nan ... losses: nan``: the loss's place, no number; the step's other metrics stay
+    (NLUT, 11, {"iteration": 4700, "elapsed_ms": 490.0, "lr": 0.0001, "lm_loss": None}),
     # ``[Epoch 1 28160000/28857522][Iteration 56][Wall Clock 72.891726153s] Train 512000 in
     # 1.236008372seconds. Throughput is 414236.66 records/second. Loss is 0.53861904.``
     (BIGDL, 1, {"iteration": 56, "elapsed_ms": 1236.008372, "samples_per_sec": 414236.66,

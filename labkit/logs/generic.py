@@ -15,12 +15,16 @@ step then the batches since the run's start (its epochs from 0 where the log pri
 no record where another reader numbers the log's steps, as DeepSpeed's ``step=N``),
 and a named counter after such a header the step, the metrics on both sides of it; or, with no
 name (or a name of one or two letters: ``s:0 trl:11.0``), the number(s) a line starts with, where it
-names a loss (``1|25|Loss: 1.26``); or a range of batches, its last (``2626-3000batch``). A metric is
+names a loss (``1|25|Loss: 1.26``); or a range of batches, its last (``2626-3000batch``); or a step
+of the steps planned in brackets after a header that names no evaluation (MetricLogger's ``Training
+[  10/12500]  eta: ...``; with an epoch before it, a batch within that epoch, as above). A metric is
 read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``, ``Loss is 0.5``) or
 ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``); a name may be qualified
 (``lr-DecoupledAdamW/group0``, ``memory/peak_allocated_mem``, ``tokens/s/gpu``). A JSON object or
 Python dict anywhere in the line (records.py) is read by the same vocabulary, its keys the names
 (objects that each name another epoch are the epochs' summaries, no steps).
+
+A loss printed as ``nan`` or ``inf`` is the loss's place, no number (``Training Loss: nan``).
 
 Names -> columns by concept, whatever the spelling (concepts.py), the corpus rules of
 tests/fixtures/logs/real/README.md: a loss (``loss``, ``lm loss``, ``train_loss``, ``total_loss``,
@@ -86,6 +90,15 @@ _LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
                       r"|\s{0,12}\[(\d{1,12})\]\s{1,8}(?=[A-Za-z])")
 # an abbreviated counter starting a line that names a loss (llm.c's ``s:0 trl:10.9 lr:0.000001``)
 _ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")
+# a step of the steps planned in brackets after a header of any words, before named metrics: the
+# MetricLogger of torchvision's reference scripts, DETR, DeiT, MAE, DINO and DINOv2 (``header``, then
+# ``[{i}/{n}]``, ``eta: ...``, the meters, ``time: ...``, ``data: ...``, ``max mem: ...``, joined by
+# blanks or a tab: DINOv2's ``Training  [   1250/2500000]  eta: ...``); a header naming an
+# evaluation (``Test:  [ 10/391]``) makes no step
+_BRACKET = re.compile(r"(?:^|\s)\[\s{0,12}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})\]\s{1,8}(?=[A-Za-z])")
+_EVAL_HEADER = re.compile(r"(?i)(?<![a-z])(?:test|val|valid|validation|eval|evaluation)(?![a-z])")
+# a loss that is no number (``Training Loss: nan``): the loss's place, no value
+_NO_NUMBER = re.compile(r"\s{0,4}[:=]\s{0,4}(?:nan|NaN|-?inf|-?Inf)(?![a-z])")
 # a range of batches a record averages (ESPnet2's ``16epoch:train:2626-3000batch:``): the step is its last
 _RANGE = re.compile(r"(?<![\w.-])\d{1,12}-(\d{1,12})\s{0,2}"
                     r"(?i:batch(?:es)?|iter(?:ation)?s?|steps?)(?![a-z])")
@@ -174,6 +187,12 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         rec = {"iteration": (epoch - first) * int(e.group(4)) + int(e.group(3)), "_derived": True}
         rest = text[e.end():]
         _metrics(rest, rec, units)
+    elif "[" in text and (b := _BRACKET.search(text)) is not None:  # MetricLogger's ``header  [N/M]``
+        if _EVAL_HEADER.search(text, 0, b.start()):
+            return None
+        rec = {"iteration": int(b.group(1)), "train_iters": int(b.group(2))}
+        rest = text[b.end():]
+        _metrics(rest, rec, units)
     elif (r := _RANGE.search(text)) is not None:  # a range of batches: its last, as a batch count
         rec = {"iteration": int(r.group(1)), "_derived": True}
         rest = text[r.end():]
@@ -248,6 +267,9 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         a = _AFTER.match(text, m.end())
         if a is None and kind in ("lm_loss", "loss") and (q := concepts.qualified(text, m.end())):
             a = _AFTER.match(text, q)  # ``loss native=X``: the loss
+        if a is None and kind == "lm_loss" and _NO_NUMBER.match(text, m.end()):
+            rec.setdefault("lm_loss", None)  # a loss that is no number: its place
+            continue
         if a is not None:
             value, unit, used = a.group(2), a.group(3), a.end()
         elif qualifier:  # a qualified name is followed by its value

@@ -19,7 +19,9 @@ process printed, plus the rank the wrapper told us about:
                           ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
                           `` - root - INFO - ``, ``[INFO] 2021-09-13 22:18:26,678 api: ``,
                           ``submitit WARNING (2021-03-15 17:50:23,701) - ``, glog and absl
-                          (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``),
+                          (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``,
+                          DINOv2's ``I20250104 12:12:42 90 dinov2 helpers.py:102] ``), a Markdown
+                          inline code's opening backtick,
                           a logger's name in brackets before a time stamp (``[titan] 2025-...``),
                           ``[NeMo I 2024-01-01 10:00:00 file:12] ``, nanotron's
                           ``[INFO|DP=0|PP=0|TP=0]:``, OLMo's ``[olmo.train:816, rank=0]``,
@@ -75,7 +77,9 @@ _PREFIX = re.compile(
     r"(?::\d{1,9}:\d{1,9} |: )"
     r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
-    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} {1,8}\d{1,9} (?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # glog, absl
+    r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
+    r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
+    r"|`(?=[^`\s])"                                                   # a Markdown inline code's backtick
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
     r"|\[" + _LEVEL + r"\] " + _TS + r" (?P<lg1>[\w.]{1,60}): "        # [INFO] 2021-09-13 22:18:26,678 api:
     r"|(?P<lg2>[\w.]{1,60}) " + _LEVEL + r" (?=[\[(]\d{4}-)"          # submitit WARNING (2021-03-15 ...) -

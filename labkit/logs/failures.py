@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from labkit.logs import c10d
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
@@ -44,22 +45,16 @@ class Failure:
 
 
 # --- single-line rules ------------------------------------------------------------------------
-_WATCHDOG = "Watchdog caught collective operation timeout"
-_SEQ = re.compile(r"SeqNum=(\d{1,12})")
-_OPTYPE = re.compile(r"OpType=(\w{1,40})")
-_RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
-# a rank inside the message: ``[Rank 0]``, ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` (a rank in a
-# process group other than 0 is the rank inside that group, not the process's)
-_RANK_IN = re.compile(r"\[(?:PG ID (\d{1,6}) PG GUID [^\]]{0,80}? )?Rank (\d{1,6})\]")
-# the watchdog's line for the work that timed out, alone where its other lines are not in the log
-# (``[PG ID 12 PG GUID 120 Rank 0] Timeout at NCCL work: 151, last enqueued NCCL work: 152, ...``)
-_WORK_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d{1,12})")
-_GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
 _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
-                       r"|Xid \(PCI:[^)]{1,40}\): (\d{1,4})|CUDA driver error|uncorrectable ECC error"
+                       r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"
                        r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
-                       r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)")
+                       r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
+                       r"|(?P<bus>fallen off the bus)")  # the driver's (NVRM) words for a lost GPU
+# Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
+# page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
+# driver lost (fallen off the bus)
+_XID_MEMORY = ("48", "63", "64", "92", "94", "95")
 _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
                     r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
                     r"(?: on (\S{1,100}))? \*\*\*")
@@ -105,14 +100,6 @@ def _short(text: str, n: int = 300) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _rank_in(text: str, rank: int | None) -> int | None:
-    """The rank a message names (process group 0's, or a group's where no prefix named one)."""
-    rm = _RANK_IN.search(text) if "Rank " in text else None
-    if rm is None or (rm.group(1) not in (None, "0") and rank is not None):
-        return rank
-    return int(rm.group(2))
-
-
 def _shm_full(text: str, rank: int | None) -> Failure:
     return Failure("host_oom", rank, None, "shared memory (/dev/shm) full: " + _short(text), HINTS["shm"],
                    key="shm")
@@ -120,7 +107,7 @@ def _shm_full(text: str, rank: int | None) -> Failure:
 
 def match_line(text: str, rank: int | None) -> Failure | None:
     """One line -> a Failure (line number filled in by the caller), or None."""
-    rank = _rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
+    rank = c10d.rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)
@@ -139,35 +126,24 @@ def match_line(text: str, rank: int | None) -> Failure | None:
         if SLURM_OOM.search(text):
             return Failure("host_oom", rank, None, "Slurm/kernel OOM killer: " + _short(text),
                            HINTS["host_oom"], key="slurm-oom")
-    if _WATCHDOG in text:
-        seq, op, ran = _SEQ.search(text), _OPTYPE.search(text), _RAN_FOR.search(text)
-        r = rank
-        desc = f"collective timeout on rank {r}: {op.group(1) if op else '?'}"
-        if seq:
-            desc += f" (SeqNum={seq.group(1)})"
-        if ran:
-            desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
-        return Failure("nccl_timeout", r, None, desc, HINTS["nccl_timeout"],
-                       key=f"wd:{r}:{seq.group(1) if seq else (op.group(1) if op else '')}")
-    if "Timeout at NCCL work: " in text:
-        m = _WORK_TIMEOUT.search(text)
-        if m:  # the same event as its watchdog line (its SeqNum), where that is in the log
-            return Failure("nccl_timeout", rank, None, f"collective timeout on rank {rank}: NCCL work "
-                           f"{m.group(1)} timed out", HINTS["nccl_timeout"], key=f"wd:{rank}:{m.group(1)}")
-    if "imed out waiting" in text:
-        m = _GLOO_TIMEOUT.search(text)
-        if m:
-            return Failure("nccl_timeout", rank, None,
-                           f"gloo collective timed out after {int(m.group(1)) / 1000:g} s waiting for "
-                           f"{m.group(2)}: {_short(text)}", HINTS["nccl_timeout"], key=f"gloo:{rank}")
-    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text:
+    if "atchdog" in text or "imeout" in text or "imed out" in text or "monitor" in text or "stuck" in text:
+        c = c10d.match(text, rank)
+        if c is not None:
+            kind, r, msg, hint, key = c
+            return Failure(kind, r, None, msg, HINTS[hint], key=key)
+    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
+            or "off the bus" in text:
         m = _CUDA_ERR.search(text)
         if m:
-            ecc = "ECC" in text
+            ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
             if m.group("drv"):  # a crash backtrace (signal handler, gdb) with frames in the driver
                 return Failure("cuda_error", rank, None, "a process crashed inside the CUDA driver "
                                "(libcuda in its backtrace): " + _short(text), HINTS["cuda_error"],
                                key="cuda:libcuda-crash")
+            xid = m.group("xid")
+            if m.group("bus") or xid == "79":
+                return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
+                               + _short(text), HINTS["gpu_lost"], key="cuda:bus")
             what = m.group("msg") or m.group("fail") or m.group("nccl") or ""
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
                            key=f"cuda:{'ecc' if ecc else what[:40]}")
@@ -176,11 +152,12 @@ def match_line(text: str, rank: int | None) -> Failure | None:
         if m:
             reason = (m.group(4) or "").strip()
             kind = _SLURM_REASON.get(reason, "cancelled")
+            hint = HINTS["task_failure" if reason == "TASK FAILURE" else kind]  # srun --kill-on-bad-exit
             node = m.group(2) or m.group(5)
             msg = f"Slurm job {m.group(1)} cancelled at {m.group(3)}" \
                 + (f" due to {reason}" if reason else "") \
                 + (f" (reported by {node})" if node else "")  # slurmstepd's node, not the failed one
-            return Failure(kind, rank, None, msg, HINTS[kind], key="slurm")
+            return Failure(kind, rank, None, msg, hint, key="slurm")
     if "Node failure" in text or "failed on node" in text or "NODE_FAIL" in text:
         m = _NODE_FAIL.search(text)
         if m:
@@ -198,6 +175,8 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             if SHM.search(text):
                 return _shm_full(text, rank)
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
+    if "failed to extend" in text and SHM.search(text):  # NCCL's shmutils.cc: /dev/shm could not grow
+        return _shm_full(text, rank)
     if "Uncaught " in text:
         m = _UNCAUGHT.search(text)
         if m:

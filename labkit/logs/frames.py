@@ -68,9 +68,14 @@ _RANK_STATEMENTS = (
     # ``Rank 10 size 16 device cuda:2 count 8`` (the process group's size; ``rank=7/7`` and ``Rank
     # 3/8`` state a rank, not always with the size: no statement)
     (r"\b[Rr]ank[ :=]{1,3}\d{1,7},? [Ss]ize[ :=]{1,3}(\d{1,7})\b", 1),
+    # a trainer spreading one model or run over all its devices: mistral-finetune's FSDP ``Sharding
+    # model over 2 GPUs ...`` (over/across: the whole run; "on N GPUs" may be one node's, no statement)
+    (r"\b(?:[Ss]hard|[Dd]istribut|[Rr]eplicat|[Pp]aralleli[sz])\w{0,4}(?: the)?(?: model)?"
+     r" (?:over|across) (\d{1,7}) (?:GPUs|devices|ranks|processes)\b", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank")  # a cheap test before the table's pattern
+# a cheap test before the table's pattern
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "processes")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,

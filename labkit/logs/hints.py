@@ -18,12 +18,17 @@ HINTS = {
                   "on one node, exclude it (sbatch --exclude=NODE) and tell the admins.",
     "ecc": "uncorrectable ECC error: a hardware fault. Exclude the node (sbatch --exclude=NODE), "
            "report it to the cluster admins, and resume from the last checkpoint.",
+    "gpu_lost": "the driver lost a GPU (fallen off the bus: power, PCIe or the board): a hardware fault, "
+                "not the program. Exclude the node (sbatch --exclude=NODE), report it to the cluster "
+                "admins, and resume from the last checkpoint.",
     "time_limit": "the job reached its Slurm time limit: raise --time, lower train_iters, or set "
                   "save_interval and resubmit with resume=True to continue from the checkpoint.",
     "preempted": "a higher-priority job preempted this one: resubmit with resume=True (set "
                  "save_interval so little is lost) or use a non-preemptible partition/QOS.",
     "node_failure": "a node failed under the job: resubmit excluding it (sbatch --exclude=NODE) with "
                     "resume=True, and tell the admins.",
+    "task_failure": "Slurm ended the step because one of its tasks failed (srun --kill-on-bad-exit): the "
+                    "cause is that task's own error, earlier in the log or in its rank's output.",
     "child_failed": "torchrun stopped because a worker failed: the root cause is that worker's own error "
                     "(listed before this one); rank and exit code are in the message.",
     "python_exception": "a Python exception ended the worker: read the message and the traceback at the "
@@ -34,6 +39,10 @@ HINTS = {
     "hang": "no new iteration for longer than the hang timeout: a rank is stuck (deadlock, mismatched "
             "collectives, dead peer). Cancel the job, rerun with NCCL_DEBUG=INFO and "
             "TORCH_DISTRIBUTED_DEBUG=DETAIL, and compare the last line of every rank.",
+    "watchdog_stuck": "ProcessGroupNCCL's watchdog was stuck (its heartbeat monitor ended the process): a "
+                      "NCCL or CUDA call hangs on this rank - a dead peer, a GPU fault or a deadlock; run "
+                      "with NCCL_DEBUG=INFO and TORCH_NCCL_DUMP_ON_TIMEOUT=1 and compare every rank's last "
+                      "collective (a longer TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC only waits longer).",
     "disk_full": "the disk holding the run or its checkpoints is full (ENOSPC): free space there "
                  "(`df -h DIR`; `labkit clean` removes your finished runs' checkpoints) or save "
                  "to a bigger disk (--save DIR, or another run_root), then resume from the last "

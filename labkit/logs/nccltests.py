@@ -60,6 +60,11 @@ _WORD = re.compile(r"\w")
 # rows (the connections its first collective makes, with NCCL_DEBUG=INFO) and lines without a word (a
 # ``...`` standing for rows left out); a line of another tool ends it.
 _NUM = re.compile(r"^[-+]?(?:\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?:[eE][-+]?\d{1,4})?$")
+# With NCCL_DEBUG=INFO and collective tracing, NCCL's lines split a row into pieces: nccl-tests prints
+# each half of a row when it has it, without a line end, and NCCL's next line (``host:pid:tid [dev]
+# NCCL INFO AllReduce: opCount ...``) is glued after the piece (``...  -1mew0:65704:65704 [1] NCCL
+# INFO``; a host name that starts with a letter). The pieces are joined in order up to a whole row.
+_GLUED_NCCL = re.compile(r"^([-+\w.\s]{0,400}?\d)[A-Za-z][\w.-]{0,254}:\d{1,10}:\d{1,10} \[\d{1,4}\] NCCL ")
 
 
 def _body(text: str) -> str:
@@ -161,6 +166,7 @@ class Tables:
         self.tables: list[dict[str, Any]] = []
         self.state = 0  # 0: nothing open, 1: the header (devices), 2: a table
         self.columns: list[str] | None = None
+        self.piece: list[str] | None = None  # the tokens of a row NCCL's lines split (_GLUED_NCCL)
         self.op: str | None = None
         self.version: tuple[str, str] | None = None  # (nccl-tests, NCCL) versions
         self.devices: dict[int, tuple[str, str, str]] = {}  # rank -> (host, device, name)
@@ -236,6 +242,11 @@ class Tables:
 
     def _table_line(self, body: str, text: str) -> None:
         t = self.tables[-1]
+        glued = _GLUED_NCCL.match(body) if "NCCL" in text else None
+        if glued is not None:
+            body = glued.group(1)
+        if self._piece(body, t):
+            return
         row = parse_row(body, self.columns)
         if row is not None:
             t["rows"].append({k: row.get(k) for k in ROW_KEYS})
@@ -253,6 +264,32 @@ class Tables:
         if not _WORD.search(body) or body.startswith("(B)") or "out-of-place" in body or "NCCL" in text:
             return  # an elision (``...``), a rule, or NCCL's own lines between the rows: the table goes on
         self.state, self.op = 0, None  # another tool's line: the table ended
+
+    def _piece(self, body: str, t: dict[str, Any]) -> bool:
+        """A piece of a row split by NCCL's lines (_GLUED_NCCL): a row's first columns start one,
+        numbers alone go on with it; True where the line was such a piece."""
+        toks = body.split()
+        if self.piece is not None and toks and all(_NUM.match(x) or x == "N/A" for x in toks):
+            self.piece += toks
+        elif (len(toks) >= 3 and toks[0].isdigit() and toks[1].isdigit() and toks[2][:1].isalpha()
+              and self.columns is not None and len(toks) < len(self.columns)
+              and parse_row(body, self.columns) is None):
+            self._end_piece(t)
+            self.piece = toks
+        else:
+            if "NCCL" not in body:  # NCCL's own lines between the pieces leave the row open
+                self._end_piece(t)
+            return False
+        if self.columns is not None and len(self.piece) >= len(self.columns):
+            self._end_piece(t)
+        return True
+
+    def _end_piece(self, t: dict[str, Any]) -> None:
+        if self.piece is not None:
+            row = parse_row(" ".join(self.piece), self.columns)
+            if row is not None:
+                t["rows"].append({k: row.get(k) for k in ROW_KEYS})
+            self.piece = None
 
     def result(self, banner_version: str | None,
                head: Callable[[], Iterable[Any]] | None = None) -> list[dict[str, Any]]:

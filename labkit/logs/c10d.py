@@ -1,0 +1,85 @@
+"""torch.distributed's own failure lines (c10d): the NCCL watchdog, its heartbeat monitor, gloo.
+
+What ProcessGroupNCCL prints, over torch 1.8 to 2.9 (ProcessGroupNCCL.cpp), read here:
+
+- a collective past its timeout, ``nccl_timeout``: ``[Rank 3] Watchdog caught collective operation
+  timeout: WorkNCCL(SeqNum=52, OpType=ALLREDUCE, ..., Timeout(ms)=240000) ran for 240077
+  milliseconds before timing out.`` (1.8 on; 1.6-1.7's ``Caught collective operation timeout for
+  work: WorkNCCL(...)``), a blocking wait's ``Work WorkNCCL(SeqNum=2521, ...) timed out in blocking
+  wait.`` (NCCL_BLOCKING_WAIT=1); alone, the watchdog's ``Timeout at NCCL work: 151, last enqueued
+  NCCL work: 152`` (2.3 on); gloo's ``Timed out waiting 1800000ms for recv operation``. The lines
+  of one collective (its SeqNum, NCCL work N) on one rank are one event.
+- the watchdog itself stuck, ``hang``: the heartbeat monitor's ``Heartbeat monitor timed out!
+  Process will be terminated after dumping debug info.`` and its fatal ``ProcessGroupNCCL's watchdog
+  got stuck for 600 seconds without making progress in monitoring enqueued collectives`` (2.3 on;
+  PyTorch's words: "a NCCL/CUDA API hang blocking the watchdog ... please attempt to debug the
+  hang"), 2.2's ``NCCL monitor thread timeout. Basically, this could be due to CUDA or NCCL calls
+  being unexpectedly blocking``. No collective ran past its timeout (no SeqNum): the process is stuck.
+
+The rank a message names sits in its log prefix, which changed with the versions: ``[Rank 3]``
+(to 2.2), ``[PG 0 Rank 1]`` (2.3), ``[PG 0 (default_pg) Rank 1]`` (2.4), ``[PG ID 0 PG GUID
+0(default_pg) Rank 11]`` (2.5 on). A rank inside a process group other than 0 is that group's rank,
+not the process's.
+"""
+
+from __future__ import annotations
+
+import re
+
+WATCHDOG = "aught collective operation timeout"  # Watchdog caught / Caught (1.6-1.7)
+_BLOCKING = "timed out in blocking wait"
+_SEQ = re.compile(r"SeqNum=(\d{1,12})")
+_OPTYPE = re.compile(r"OpType=(\w{1,40})")
+_RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
+_RANK_IN = re.compile(r"\[(?:PG (?:ID )?(\d{1,6})[^\]\[]{0,80}? )?Rank (\d{1,6})\]")
+_WORK_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d{1,12})")
+_GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
+# the heartbeat monitor's lines (module docstring); "stuck for N seconds" where the line says it
+_HEARTBEAT = ("Heartbeat monitor timed out", "watchdog got stuck for", "NCCL monitor thread timeout")
+_STUCK = re.compile(r"stuck for (\d{1,9}) seconds")
+
+Match = tuple[str, "int | None", str, str, str]
+"""(kind, rank, message, hint name, merge key): failures.match_line makes it a Failure."""
+
+
+def rank_in(text: str, rank: int | None) -> int | None:
+    """The rank a message names: the first process group 0's (or a bare ``[Rank N]``), else another
+    group's where no prefix named one."""
+    if "Rank " not in text:
+        return rank
+    other = None
+    for rm in _RANK_IN.finditer(text):
+        if rm.group(1) in (None, "0"):
+            return int(rm.group(2))
+        other = other if other is not None else int(rm.group(2))
+    return rank if rank is not None or other is None else other
+
+
+def match(text: str, rank: int | None) -> Match | None:
+    """A c10d failure line (module docstring) -> Match, else None; ``rank`` is rank_in's."""
+    if WATCHDOG in text or _BLOCKING in text:
+        seq, op, ran = _SEQ.search(text), _OPTYPE.search(text), _RAN_FOR.search(text)
+        desc = f"collective timeout on rank {rank}: {op.group(1) if op else '?'}"
+        if seq:
+            desc += f" (SeqNum={seq.group(1)})"
+        if ran:
+            desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
+        return ("nccl_timeout", rank, desc, "nccl_timeout",
+                f"wd:{rank}:{seq.group(1) if seq else (op.group(1) if op else '')}")
+    if "Timeout at NCCL work: " in text:
+        m = _WORK_TIMEOUT.search(text)
+        if m:  # the same event as its watchdog line (its SeqNum), where that is in the log
+            return ("nccl_timeout", rank, f"collective timeout on rank {rank}: NCCL work {m.group(1)} "
+                    "timed out", "nccl_timeout", f"wd:{rank}:{m.group(1)}")
+    if "imed out waiting" in text:
+        m = _GLOO_TIMEOUT.search(text)
+        if m:
+            return ("nccl_timeout", rank, f"gloo collective timed out after {int(m.group(1)) / 1000:g} s "
+                    f"waiting for {m.group(2)}: {text.strip()[:240]}", "nccl_timeout", f"gloo:{rank}")
+    if "monitor" in text or "stuck for" in text:
+        if any(h in text for h in _HEARTBEAT):
+            m = _STUCK.search(text)
+            return ("hang", rank, f"rank {rank}: ProcessGroupNCCL's watchdog stuck"
+                    + (f" for {m.group(1)} s" if m else "") + " (heartbeat monitor): a NCCL or CUDA "
+                    "call blocks the process", "watchdog_stuck", "heartbeat")
+    return None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.logs import generic, parse_lines, parse_log, records
+from labkit.logs import generic, multiline, parse_lines, parse_log, records
 from labkit.logs.lines import clean_line, iter_file, iter_lines, split_glued
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"
@@ -83,7 +83,7 @@ def test_the_corpus_holds_no_line_it_misreads():
         want = json.loads(log.with_suffix(".expected.json").read_text())["iterations"]
         first = want.get("first", {}).get("iteration")
         last = want.get("last", {}).get("iteration")
-        recs = generic.Records()  # the log's records, as the reader keeps them (epoch summaries not)
+        recs = multiline.Records()  # the log's records, as the reader keeps them (epoch summaries not)
         for line in iter_lines(log):
             rec = generic.parse(line.text, recs) if generic.may_be_record(line.text) else None
             if rec is not None:
@@ -169,7 +169,7 @@ def test_a_batch_in_brackets_after_its_epoch_and_any_name_ending_in_loss():
 
 def test_a_log_whose_epochs_count_from_0():
     # ``Epoch: [0][  0/391]`` then ``Epoch: [1][  0/391]`` (the ImageNet example's ProgressMeter)
-    state = generic.Records()
+    state = multiline.Records()
     got = [generic.parse(_line(VIT, n), state) for n in (200, 206)]
     assert [(r["iteration"], r["lm_loss"]) for r in got] == [(0, 3.436), (391, 2.2442)]
 

@@ -96,3 +96,34 @@ def test_fairseq_overflow_note_is_a_skipped_step() -> None:
     parsed = parse_lines(["python fairseq_train.py --fp16 --model-parallel-size 2", *FAIRSCALE])
     assert parsed.iterations["iteration"].tolist() == [1]
     assert [(f["kind"], f.get("skipped_steps")) for f in parsed.findings] == [("fp16_overflow", 1)]
+
+
+# ColossalAI's rich logger (FastFold, https://github.com/hpcaitech/FastFold/pull/138): a record wrapped
+# at the terminal's width onto a line indented to the message's column, its own ``loss=`` there
+FASTFOLD = [
+    "[01/15/23 18:11:55] INFO     colossalai - colossalai - INFO: train.py:230 main",
+    "                    INFO     colossalai - colossalai - INFO: Training, Epoch: 0, Step: 1, "
+    "Global_Step: 1, "
+    "Loss: distogram=4.159 experimentally_resolved=0.693 fape=1.682",
+    "                             lddt=3.912 masked_msa=3.135 supervised_chi=0.937 violation=404.925 "
+    "unscaled_loss=10.176 loss=162.822 lddt_ca=0.010 drmsd_ca=26.113",
+    "[01/15/23 18:12:07] INFO     colossalai - colossalai - INFO: train.py:230 main",
+    "                    INFO     colossalai - colossalai - INFO: Training, Epoch: 0, Step: 2, "
+    "Global_Step: 2, "
+    "Loss: distogram=4.159 experimentally_resolved=0.693 fape=1.543",
+    "                             lddt=3.912 masked_msa=3.135 supervised_chi=0.961 violation=393.072 "
+    "unscaled_loss=10.062 loss=160.364 lddt_ca=0.009 drmsd_ca=22.707",
+]
+# ``g_step`` the global step before the epoch's (https://github.com/LorrinWWW/two-are-better-than-one/issues/24)
+G_STEP = "g_step 2000, step 152, avg_time 0.874, loss:51.5502"
+
+
+def test_a_record_wrapped_onto_an_indented_line_is_read_whole() -> None:
+    its = parse_lines(FASTFOLD).iterations
+    assert its["iteration"].tolist() == [1, 2]
+    assert its["lm_loss"].tolist() == pytest.approx([162.822, 160.364])  # the record's own loss
+
+
+def test_g_step_is_the_global_step() -> None:
+    rec = generic.parse(G_STEP)
+    assert rec is not None and (rec["iteration"], rec["lm_loss"]) == (2000, pytest.approx(51.5502))

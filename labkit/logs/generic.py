@@ -8,9 +8,9 @@ iteration record (then every line of the log is offered to it), and keeps its re
 no other reader found one by the end (or none of theirs holds a loss).
 
 The counter: named (``step``, ``global step``, ``num_updates``, ``iteration``, ``iter``, ``it``,
-``batch``; any case) then ``:``, ``=``, ``#``, ``|``, ``,``, blanks or a bracket and a whole number or
-``N/M`` (M the steps planned); or a batch within an epoch (``Epoch: [1]  [1480/1504]``, ``[1/3][
-49/323]``, ``Train:  1/3 ( 33%) [ 49/323 ( 15%)]``, ``| epoch   1 |   200/ 2983 batches``), the
+``batch``; ``g_step`` the global one; any case) then ``:``, ``=``, ``#``, ``|``, ``,``, blanks or a
+bracket and a whole number or ``N/M`` (M the steps planned); or a batch within an epoch (``Epoch:
+[1]  [1480/1504]``, ``[1/3][ 49/323]``, ``Train:  1/3 ( 33%) [ 49/323 ( 15%)]``, ``| epoch   1 |   200/ 2983 batches``), the
 step then the batches since the run's start (its epochs from 0 where the log prints an epoch 0;
 no record where another reader numbers the log's steps, as DeepSpeed's ``step=N``),
 and a named counter after such a header the step, the metrics on both sides of it; or, with no
@@ -48,11 +48,7 @@ iter: 13/5000``); one a ``valid``/``eval`` names is an evaluation's; metrics on 
 the record's (``loss: X, global_step: N``) unless an epoch opens the line (its summary).
 A step counter that starts again as the epoch advances counts within epochs (epochs.py).
 
-A record over several lines is joined first (:class:`Records` holds it open): a step counter alone
-on its line, then indented ``name: value`` lines (Composer's ``[batch=366/48000]:``, the log's
-last record read as far as it goes); a line ending in a ``name=value,`` pair, continued by lines of
-such pairs (a hard wrap: fairseq's ``... loss=15.812,`` / ``nll_loss=15.812, ...,`` /
-``num_updates=41, ...``); a record a terminal's wrap cut inside its last field, joined as printed.
+A record over several lines is joined first (multiline.py), then read here.
 """
 
 from __future__ import annotations
@@ -62,12 +58,11 @@ from typing import Any
 
 from labkit.logs import concepts, epochs, records
 from labkit.logs.concepts import EVAL, EVAL_PART, NAME
-from labkit.logs.lines import split_glued
 from labkit.logs.records import settle
 
-_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
+NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?(?!\d|:\d|\.\d|,\d{3})"
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
-_COUNTERS = r"global[ _](?:step|iter(?:ation)?)|num_updates|acc_iter|step|iteration|iter|it|batch"
+_COUNTERS = r"(?:global|g)[ _](?:step|iter(?:ation)?)|num_updates|acc_iter|step|iteration|iter|it|batch"
 _COUNTER = re.compile(r"(?<![\w/.-])(?i:" + _COUNTERS + r")(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
@@ -109,8 +104,8 @@ _SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
 _AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2})|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
                     r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
-                    + _NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
-_BEFORE = re.compile(r"(?<![\w.:])(" + _NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
+                    + NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
+_BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
 # a data-loading time beside the step's: then a time printed without a unit is in seconds
 # (detectron2's, MMEngine's and MetricLogger's ``time: 0.1960  data_time: 0.0033``, ``data: 0.0002``)
 _DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
@@ -121,24 +116,7 @@ _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_pe
                         "tflops_per_gpu", "grad_norm", "samples_per_sec"})
 # a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
 # loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
-_TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + _NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
-
-
-# a record over several lines: a header that is a step counter alone (Composer's
-# ``[batch=366/48000]:``, ``[epoch=1][batch=16/625]:`` where its run counts epochs), then
-# indented ``name: value`` lines; or a line hard-wrapped after a ``name=value,`` pair, continued
-# by lines of such pairs (fairseq's records)
-_HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}"
-                   r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
-_INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
-_WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
-# a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
-# rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
-_CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}$")
-_REST = re.compile(r"\s?[\w/-]{0,40}\s{0,2}[:=]\s{0,8}" + _NUM)
-# a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
-# training step (measured in **ms**) │`` (WordPlay's, ezpz's)
-_LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
+_TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
 
 
 def may_be_record(text: str | bytes) -> bool:
@@ -153,7 +131,7 @@ def may_be_record(text: str | bytes) -> bool:
 
 def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None. ``state``
-    (a :class:`Records`): the units of names printed without one, where the log's legend says them,
+    (a multiline.Records): the units of names printed without one, where the log's legend says them,
     and whether the log's epochs count from 0."""
     if not may_be_record(text):
         return None
@@ -297,97 +275,6 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         concepts.put(rec, kind, _norm(name + qualifier), v, unit,
              bool(per_device) or concepts.per_device(name + qualifier))
     return rec
-
-
-class Records(list):
-    """The records gathered (parse.py's ``col.generic``), and the record still open over lines."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.held: str | None = None  # the open record's text so far
-        self.wrap = False  # held: a hard-wrapped line (True), or a header with indented lines
-        self.cut = False  # held: a line a terminal's wrap cut inside a field (``| stu`` / ``_lens: 97.3``)
-        self.rank: int | None = None
-        self.last = 0  # the line number it reached
-        self.units: dict[str, str] = {}  # name -> unit, from the log's legend of its metrics
-        self.epoch0 = False  # the log's epochs count from 0
-        self.depth = 0  # held: a JSON object printed over lines (InstructLab's), its braces still open
-
-    def close(self, cut: bool = False) -> None:
-        """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
-        step, whatever its lines hold)."""
-        text, self.held, self.cut, self.depth = self.held, None, False, 0
-        rec = parse(text, self) if text is not None else None
-        if rec is None and cut and text is not None and not self.wrap:
-            m = counter(text)
-            rec = {"iteration": int(m.group(1))} if m else None
-            if m and m.group(2):
-                rec["train_iters"] = int(m.group(2))
-        if rec is not None:
-            rec["_rank"] = self.rank
-            self.append(rec)
-
-
-def offer(col: Any, line: Any) -> None:
-    """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
-    recs, text = col.generic, line.text
-    if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
-        return
-    if recs.depth:  # an object printed over lines: read whole where its braces close
-        recs.held = f"{recs.held} {text.strip()}"
-        recs.depth += text.count("{") - text.count("}")
-        if recs.depth <= 0 or len(recs.held) > 16000:
-            recs.close()
-        return
-    if recs.held is not None and recs.cut:  # the rest of a field cut at the terminal's width
-        if line.lineno <= recs.last + 1 and _REST.match(text) and not counter(text):
-            recs.held += text.rstrip()  # the pieces join as printed
-            recs.last = line.lineno
-            recs.cut = len(recs.held) < 8000 and _CUT.search(recs.held) is not None
-            if not recs.cut:
-                recs.close()
-            return
-        recs.close()
-    if recs.held is not None:
-        if recs.wrap:  # (a line with a counter, where the record has one, is a new record)
-            more = _WRAPPED.match(text) and not (_COUNTER.search(text) and _COUNTER.search(recs.held))
-        else:
-            more = _INDENTED.match(text)
-        if line.lineno <= recs.last + 1 and more:
-            recs.held += (" " if recs.wrap else ", ") + text.strip()
-            recs.last = line.lineno
-            if recs.wrap and not text.rstrip().endswith(","):  # the wrapped record's last line
-                recs.close()
-            return
-        recs.close()
-    end = text.rstrip()[-1:]
-    if end == "{":  # a JSON object opened at the end of a line (after a bar): its keys follow
-        recs.held, recs.depth, recs.rank, recs.last = text.rstrip(), 1, line.rank, line.lineno
-        return
-    wrapped = end == "," and _WRAPPED.search(text) is not None
-    if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
-        recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
-        return
-    if (end.isalpha() or end == "_") and _CUT.search(text) and counter(text):  # cut inside a field
-        recs.held, recs.cut, recs.rank, recs.last = text.rstrip(), True, line.rank, line.lineno
-        return
-    if "easured in" in text:
-        legend = _LEGEND.search(text)
-        if legend:
-            recs.units[legend.group(1).lower()] = legend.group(2)
-    rec = parse(text, recs)
-    if rec is not None:
-        rec["_rank"] = line.rank
-        recs.append(rec)
-
-
-def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
-    """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
-    part of a record over several lines)."""
-    end = raw.rstrip()[-1:]
-    if may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", b"{", ":", "]", "{"):
-        for line in split_glued(clean(raw, lineno)):
-            offer(col, line)
 
 
 def lossless(col: Any) -> bool:

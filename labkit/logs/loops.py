@@ -70,7 +70,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from labkit.logs import generic
+from labkit.logs import generic, multiline
 from labkit.logs.lines import clean_line
 
 _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
@@ -360,7 +360,7 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
     holds no trigger word; where one was read, this pass may have seen it already and adds none)."""
     seen = 0
     if (not col.n_iters or generic.lossless(col)) and col.generic is None:  # any loop's step lines
-        col.generic = generic.Records()
+        col.generic = multiline.Records()
     scales = not col.seen.scale_line  # no loss-scale line was read: those without a trigger word too
     for lineno, raw in enumerate(lines, 1):
         seen += len(raw)
@@ -376,4 +376,4 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
                 col._add_iteration(rec)
                 continue
         if col.generic is not None:
-            generic.offer_raw(col, raw, clean_line, lineno)
+            multiline.offer_raw(col, raw, clean_line, lineno)

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.logs import deepspeed, fastscan, generic, loops, megatron, nccl, nccltests
+from labkit.logs import deepspeed, fastscan, generic, loops, megatron, multiline, nccl, nccltests
 from labkit.logs.failures import Failure, FailureScanner
 from labkit.logs.findings import Seen
 from labkit.logs.frames import (
@@ -125,7 +125,7 @@ class _Collector:
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
         self.first_error: str | None = None
-        self.generic: generic.Records | None = generic.Records() if every else None  # generic.py
+        self.generic: multiline.Records | None = multiline.Records() if every else None  # generic.py
 
     @property
     def busy(self) -> bool:
@@ -284,7 +284,7 @@ class _Collector:
         if a is not None:
             self.args.setdefault(*a)
         elif self.generic is not None:  # no reader took it: any loop's step record? (generic.py)
-            generic.offer(self, line)
+            multiline.offer(self, line)
         return False
 
     def flush(self) -> None:

@@ -1,0 +1,146 @@
+"""Step records printed over several lines, joined before generic.py reads them.
+
+:class:`Records` holds a record open over its lines: a step counter alone on its line, then indented
+``name: value`` lines (Composer's ``[batch=366/48000]:``, the log's last record read as far as it
+goes); a line ending in a ``name=value,`` pair, continued by lines of such pairs (a hard wrap:
+fairseq's ``... loss=15.812,`` / ``nll_loss=15.812, ...,`` / ``num_updates=41, ...``); a record a
+terminal's wrap cut inside its last field, joined as printed; a JSON object opened at a line's end
+(after a bar), held until its braces close; a step counter's line with no metric, continued by lines
+indented to the message's column that hold ``name=value`` pairs (a console logger's wrap: rich's,
+ColossalAI's ``... Global_Step: 1, Loss: distogram=4.159 ...`` / ``                             ...
+loss=162.822 ...``). A legend of the metrics' units (``(measured in ms)``) is kept for the names
+printed without one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from labkit.logs import generic
+from labkit.logs.lines import split_glued
+
+_NUM = generic.NUM
+
+# a record over several lines: a header that is a step counter alone (Composer's
+# ``[batch=366/48000]:``, ``[epoch=1][batch=16/625]:`` where its run counts epochs), then
+# indented ``name: value`` lines; or a line hard-wrapped after a ``name=value,`` pair, continued
+# by lines of such pairs (fairseq's records)
+_HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}"
+                   r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
+_INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
+_WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
+# a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
+# rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
+_CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}$")
+_REST = re.compile(r"\s?[\w/-]{0,40}\s{0,2}[:=]\s{0,8}" + _NUM)
+# a record a console's logger wrapped at the terminal's width onto lines indented to its message's
+# column (rich's handler: ColossalAI's ``Training, Epoch: 0, Step: 1, Global_Step: 1, Loss:
+# distogram=4.159 ... fape=1.682`` / ``                             lddt=3.912 ... loss=162.822 ...``)
+_INDENT = re.compile(r" {12,}[A-Za-z_][\w/.-]{0,60}\s{0,2}[=:]\s{0,4}[-+]?\d")
+# a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
+# training step (measured in **ms**) │`` (WordPlay's, ezpz's)
+_LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
+
+
+class Records(list):
+    """The records gathered (parse.py's ``col.generic``, read by generic.py), and the record still
+    open over lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: str | None = None  # the open record's text so far
+        self.wrap = False  # held: a hard-wrapped line (True), or a header with indented lines
+        self.cut = False  # held: a line a terminal's wrap cut inside a field (``| stu`` / ``_lens: 97.3``)
+        self.rank: int | None = None
+        self.last = 0  # the line number it reached
+        self.units: dict[str, str] = {}  # name -> unit, from the log's legend of its metrics
+        self.epoch0 = False  # the log's epochs count from 0
+        self.depth = 0  # held: a JSON object printed over lines (InstructLab's), its braces still open
+        self.indent = False  # held: a counter's line with no metric, its record maybe on indented lines
+
+    def close(self, cut: bool = False) -> None:
+        """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
+        step, whatever its lines hold)."""
+        text, self.held, self.cut, self.depth = self.held, None, False, 0
+        indent, self.indent = self.indent, False
+        rec = generic.parse(text, self) if text is not None else None
+        if rec is None and cut and text is not None and not self.wrap and not indent:
+            m = generic.counter(text)
+            rec = {"iteration": int(m.group(1))} if m else None
+            if m and m.group(2):
+                rec["train_iters"] = int(m.group(2))
+        if rec is not None:
+            rec["_rank"] = self.rank
+            self.append(rec)
+
+
+def offer(col: Any, line: Any) -> None:
+    """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
+    recs, text = col.generic, line.text
+    if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
+        return
+    if recs.depth:  # an object printed over lines: read whole where its braces close
+        recs.held = f"{recs.held} {text.strip()}"
+        recs.depth += text.count("{") - text.count("}")
+        if recs.depth <= 0 or len(recs.held) > 16000:
+            recs.close()
+        return
+    if recs.held is not None and recs.indent:  # a record wrapped onto lines indented to its column
+        if line.lineno <= recs.last + 1 and _INDENT.match(text) and len(recs.held) < 8000 \
+                and not generic.counter(text):
+            recs.held += " " + text.strip()
+            recs.last = line.lineno
+            return
+        recs.close()
+    if recs.held is not None and recs.cut:  # the rest of a field cut at the terminal's width
+        if line.lineno <= recs.last + 1 and _REST.match(text) and not generic.counter(text):
+            recs.held += text.rstrip()  # the pieces join as printed
+            recs.last = line.lineno
+            recs.cut = len(recs.held) < 8000 and _CUT.search(recs.held) is not None
+            if not recs.cut:
+                recs.close()
+            return
+        recs.close()
+    if recs.held is not None:
+        if recs.wrap:  # (a line with a counter, where the record has one, is a new record)
+            more = _WRAPPED.match(text) and not (generic.counter(text) and generic.counter(recs.held))
+        else:
+            more = _INDENTED.match(text)
+        if line.lineno <= recs.last + 1 and more:
+            recs.held += (" " if recs.wrap else ", ") + text.strip()
+            recs.last = line.lineno
+            if recs.wrap and not text.rstrip().endswith(","):  # the wrapped record's last line
+                recs.close()
+            return
+        recs.close()
+    end = text.rstrip()[-1:]
+    if end == "{":  # a JSON object opened at the end of a line (after a bar): its keys follow
+        recs.held, recs.depth, recs.rank, recs.last = text.rstrip(), 1, line.rank, line.lineno
+        return
+    wrapped = end == "," and _WRAPPED.search(text) is not None
+    if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
+        recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
+        return
+    if (end.isalpha() or end == "_") and _CUT.search(text) and generic.counter(text):  # cut inside a field
+        recs.held, recs.cut, recs.rank, recs.last = text.rstrip(), True, line.rank, line.lineno
+        return
+    if "easured in" in text:
+        legend = _LEGEND.search(text)
+        if legend:
+            recs.units[legend.group(1).lower()] = legend.group(2)
+    rec = generic.parse(text, recs)
+    if rec is not None:
+        rec["_rank"] = line.rank
+        recs.append(rec)
+    elif generic.may_be_record(text) and generic.counter(text):  # no metric yet: it may go on, indented
+        recs.held, recs.indent, recs.rank, recs.last = text, True, line.rank, line.lineno
+
+
+def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
+    """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
+    part of a record over several lines)."""
+    end = raw.rstrip()[-1:]
+    if generic.may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", b"{", ":", "]", "{"):
+        for line in split_glued(clean(raw, lineno)):
+            offer(col, line)

@@ -160,3 +160,45 @@ def test_a_log_of_c10d_store_connection_failures_is_a_torch_log_that_stopped_bef
     p = parse_lines(GRL)
     assert p.tools == ["torch"] and [f["kind"] for f in p.findings] == ["no_iteration"]
     assert p.failure_records == []  # a socket's connect timing out is no collective timeout
+
+
+# https://github.com/horovod/horovod/issues/469: Open MPI's launcher ending a Horovod job (the dashes
+# of the help text kept as posted)
+HOROVOD = ["/-------------------------------------------------------",
+           "Primary job  terminated normally, but 1 process returned",
+           "a non-zero exit code. Per user-direction, the job has been aborted.",
+           "/-------------------------------------------------------",
+           "",
+           "/--------------------------------------------------------------------------",
+           "mpirun noticed that process rank 7 with PID 0 on node HOSTNAME exited on signal 9 (Killed).",
+           "/--------------------------------------------------------------------------"]
+# https://github.com/horovod/horovod/issues/926: another signal (the node name left empty as posted)
+HOROVOD_SIGILL = ("mpirun noticed that process rank 0 with PID 0 on node exited on signal 4 (Illegal "
+                  "instruction).")
+
+
+def test_mpirun_noticing_a_rank_killed_is_that_ranks_failure_and_a_sigkill():
+    p = parse_lines(HOROVOD)
+    assert sorted((f.kind, f.rank) for f in p.failure_records) == [("child_failed", 7), ("host_oom", 7)]
+    assert "MPI" in p.tools
+
+
+def test_mpirun_noticing_another_signal_is_a_failed_process_only():
+    (f,) = parse_lines([HOROVOD_SIGILL]).failure_records
+    assert (f.kind, f.rank) == ("child_failed", 0) and "signal 4" in f.message
+
+
+# https://github.com/yassouali/pytorch-segmentation/issues/77 (torch 1.x's words, the traceback's end)
+SEGMENTATION = [
+    "  File \"/anaconda3/envs/water/lib/python3.6/site-packages/torch/autograd/__init__.py\", line 93, in "
+    "backward",
+    "    allow_unreachable=True)  # allow_unreachable flag",
+    "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"]
+# https://github.com/hugochan/BAMnet/issues/3 (torch 0.4.1 spells it CuDNN)
+BAMNET = "RuntimeError: CuDNN error: CUDNN_STATUS_INTERNAL_ERROR"
+
+
+@pytest.mark.parametrize("lines", [SEGMENTATION, [BAMNET]])
+def test_a_cudnn_status_error_is_a_cuda_error(lines):
+    p = parse_lines(lines)
+    assert [f.kind for f in p.failure_records] == ["cuda_error"] and "CUDA" in p.tools

@@ -8,6 +8,8 @@ is reported as ``host_oom`` with a message that says so.
 One event is often printed many times (by every rank, by torchrun's summary, by a C++
 ``what():`` that repeats the message); records with the same key are merged, so a watchdog
 timeout and its follow-up lines count once. ``diagnose`` orders them most-likely-root-cause first.
+torch.distributed's own lines (the NCCL watchdog, its heartbeat monitor, gloo) are read in c10d.py,
+what launchers say about their workers (torchrun, DeepSpeed, mpirun) in launchers.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from labkit.logs import c10d
+from labkit.logs import c10d, launchers
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
@@ -50,7 +52,9 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"
                        r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
-                       r"|(?P<bus>fallen off the bus)")  # the driver's (NVRM) words for a lost GPU
+                       r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
+                       # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
+                       r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})")
 # Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
 # page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
 # driver lost (fallen off the bus)
@@ -62,15 +66,11 @@ _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{
 # that failed, a job or step Slurm ended in state NODE_FAIL
 _NODE_FAIL = re.compile(r"(?:srun|salloc|sbatch)(?:-[\w.-]{1,60})?: error: Node failure on (\S{1,100})"
                         r"|Task launch for \S{1,60} failed on node (\S{1,100})|NODE_FAIL")
-_TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
-_CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
 _SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
 # an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``)
 _UNCAUGHT = re.compile(r"\bUncaught ([A-Za-z_]\w{0,80}(?:Error|Exception)): (.{1,500})")
-# DeepSpeed's launcher: ``[launch.py:434:sigkill_handler] ['python', ...] exits with return code = -9``
-_DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
 _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|DistBackendError"
                                r"|communicator was aborted|recvBytes|Socket Timeout|ProcessGroup"
                                r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
@@ -132,7 +132,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
     if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
-            or "off the bus" in text:
+            or "off the bus" in text or "CUDNN_STATUS" in text:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
@@ -144,7 +144,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             if m.group("bus") or xid == "79":
                 return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
                                + _short(text), HINTS["gpu_lost"], key="cuda:bus")
-            what = m.group("msg") or m.group("fail") or m.group("nccl") or ""
+            what = m.group("msg") or m.group("fail") or m.group("nccl") or m.group("dnn") or ""
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
                            key=f"cuda:{'ecc' if ecc else what[:40]}")
     if "***" in text and "CANCELLED" in text:
@@ -165,7 +165,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             msg = (f"{_FAILED_NODE}{node} failed under the job: " if node else "") + _short(text)
             return Failure("node_failure", rank, None, msg, HINTS["node_failure"], key="slurm")
     if "exitcode" in text and "local_rank" in text:
-        m = _TORCHRUN_FAIL.search(text)
+        m = launchers.TORCHRUN_FAIL.search(text)
         if m and m.group(1) == "-9":
             r = int(m.group(2))  # a local rank: the global one comes from the root-cause table
             return Failure("host_oom", None, None, f"worker local_rank {r} killed by SIGKILL (exit -9): "
@@ -275,31 +275,14 @@ class FailureScanner:
                 f.kind, f.hint, f.message = "preempted", HINTS["preempted"], f.message + " (preempted)"
             f = self.add(f)
         self._prev = line
-        if "exitcode" in text or "exits with return code" in text:
+        if any(w in text for w in launchers.WORDS):
             self._worker_failed(line, text)
         self._child_table(line, text, prev)
         self._traceback(line, text, f)
 
     def _worker_failed(self, line: Line, text: str) -> None:
-        """torchrun's agent (``failed (exitcode: N) local_rank: R``) or torch 1.9's launcher
-        (``Child process P (local_rank R) FAILED (exitcode N)``) reports a failed worker."""
-        m = _DS_EXIT.search(text)
-        if m is not None and m.group(1) != "0":  # DeepSpeed's launcher names no rank
-            code = m.group(1)
-            self.add(Failure("child_failed", None, line.lineno, f"DeepSpeed launcher: a rank's process "
-                             f"exited with return code {code}", HINTS["child_failed"], key="child"))
-            if code in ("-9", "137"):
-                self.add(Failure("host_oom", None, line.lineno, f"a rank killed by SIGKILL (return code "
-                                 f"{code})", HINTS["sigkill"], evidence="signal", key="sigkill"))
-            return
-        m = _TORCHRUN_FAIL.search(text)
-        r, code = (m.group(2), m.group(1)) if m else (None, None)
-        if m is None:
-            m = _CHILD_19.search(text)
-            r, code = (m.group(1), m.group(2)) if m else (None, None)
-        if m is not None:  # a local rank only: the global one comes from the root-cause table
-            self.add(Failure("child_failed", None, line.lineno, f"torchrun: a worker failed (local_rank "
-                             f"{r}, exit code {code})", HINTS["child_failed"], key="child"))
+        for kind, rank, msg, hint, evidence, key in launchers.worker_failed(text):
+            self.add(Failure(kind, rank, line.lineno, msg, HINTS[hint], evidence=evidence, key=key))
 
     def _child_table(self, line: Line, text: str, prev: Line | None = None) -> None:
         if "ChildFailedError" in text and "raise " not in text and "import" not in text:

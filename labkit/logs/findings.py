@@ -54,8 +54,9 @@ TOOL_WORDS = (
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
+    ("MPI", ("mpirun", "orterun", "prterun", "job  terminated normally")),  # Open MPI's launcher
     ("Slurm", ("slurm", "srun", "salloc", "sbatch", "SLURM", "CANCELLED", "NODE_FAIL")),
-    ("CUDA", ("CUDA", "cuda", "Xid")),
+    ("CUDA", ("CUDA", "cuda", "Xid", "NVRM", "CUDNN_STATUS")),  # NVRM: the kernel driver's dmesg lines
     ("trainer", ("Lightning", "v_num=", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq",
                  '{"epoch": ', "olmo.train", "orovod", "MaxText", "nanochat")),
 )

@@ -202,3 +202,27 @@ BAMNET = "RuntimeError: CuDNN error: CUDNN_STATUS_INTERNAL_ERROR"
 def test_a_cudnn_status_error_is_a_cuda_error(lines):
     p = parse_lines(lines)
     assert [f.kind for f in p.failure_records] == ["cuda_error"] and "CUDA" in p.tools
+
+
+# https://github.com/hezhangsprinter/DCPDN/issues/58: a DataLoader worker's bus error, then the
+# traceback the poster pasted below it
+DCPDN = ["ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+         "memory (shm).",
+         "Traceback (most recent call last):",
+         "  File \"/home/zyq/anaconda3/envs/dehazepy36/lib/python3.6/site-packages/PIL/ImageFile.py\", line "
+         "510, in _save",
+         "    fh = fp.fileno()",
+         "AttributeError: '_idat' object has no attribute 'fileno'"]
+# https://github.com/THU-DA-6D-Pose-Group/GDR-Net/issues/16: the DataLoader's own exception (the
+# comment's list separator at its end kept)
+GDRNET = ("RuntimeError: DataLoader worker (pid 3216) is killed by signal: Bus error. It is possible that "
+          "dataloader's workers are out of shared memory. Please try to raise your shared memory "
+          "limit.\u3001")
+
+
+def test_a_dataloader_workers_bus_error_is_a_full_shared_memory():
+    p = parse_lines(DCPDN)
+    assert sorted(f.kind for f in p.failure_records) == ["host_oom", "python_exception"]
+    assert "--shm-size" in next(f.hint for f in p.failure_records if f.kind == "host_oom")
+    (f,) = parse_lines([GDRNET]).failure_records
+    assert f.kind == "host_oom" and "torch" in parse_lines([GDRNET]).tools

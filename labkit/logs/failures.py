@@ -85,6 +85,10 @@ _KERNEL_TABLE = re.compile(r"inotify|fanotify|\b(?:add_)?watch\b"
                            r"|\b(?:epoll_ctl|semget|shmget|msgget|mq_open)\b")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
 
+# torch's DataLoader on a worker's SIGBUS: ``ERROR: Unexpected bus error encountered in worker. This might
+# be caused by insufficient shared memory (shm).`` and ``DataLoader worker (pid 3216) is killed by signal:
+# Bus error. It is possible that dataloader's workers are out of shared memory.``
+_SHM_SHORT = re.compile(r"insufficient shared memory|out of shared memory")
 _SCHEDULER = ("time_limit", "preempted", "cancelled", "node_failure", "hang")  # no process's own failure
 _FAILED_NODE = "Slurm: node "  # how a message naming the node that failed begins
 # a step's cancellation (``*** STEP 272162.0 ON node CANCELLED ...``): srun relays it behind the
@@ -126,6 +130,8 @@ def match_line(text: str, rank: int | None) -> Failure | None:
         if SLURM_OOM.search(text):
             return Failure("host_oom", rank, None, "Slurm/kernel OOM killer: " + _short(text),
                            HINTS["host_oom"], key="slurm-oom")
+        if "shared memory" in text and _SHM_SHORT.search(text):
+            return _shm_full(text, rank)
     if "atchdog" in text or "imeout" in text or "imed out" in text or "monitor" in text or "stuck" in text:
         c = c10d.match(text, rank)
         if c is not None:

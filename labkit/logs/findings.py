@@ -50,7 +50,8 @@ TOOL_WORDS = (
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback", "torchelastic", "elastic_operator", "Rendezvous", "orker group",  # elastic
                "FSDP",  # PyTorch's fully sharded data parallel (open_lm's After FSDP ... on rank 6)
-               "c10d", "TCPStore")),  # the store and its sockets: [c10d] The client socket has failed ...
+               "c10d", "TCPStore",  # the store and its sockets: [c10d] The client socket has failed ...
+               "DataLoader worker")),
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),

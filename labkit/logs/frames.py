@@ -69,13 +69,24 @@ _RANK_STATEMENTS = (
     # 3/8`` state a rank, not always with the size: no statement)
     (r"\b[Rr]ank[ :=]{1,3}\d{1,7},? [Ss]ize[ :=]{1,3}(\d{1,7})\b", 1),
     # a trainer spreading one model or run over all its devices: mistral-finetune's FSDP ``Sharding
-    # model over 2 GPUs ...`` (over/across: the whole run; "on N GPUs" may be one node's, no statement)
+    # model over 2 GPUs ...`` (over/across: the whole run; "on N GPUs" may be one node's, no
+    # statement, but for fairseq's own words below)
     (r"\b(?:[Ss]hard|[Dd]istribut|[Rr]eplicat|[Pp]aralleli[sz])\w{0,4}(?: the)?(?: model)?"
      r" (?:over|across) (\d{1,7}) (?:GPUs|devices|ranks|processes)\b", 1),
+    # a key that counts the job's processes, in a config print, a table row or an event: accelerate's
+    # state ``Num processes: 8`` (its config's ``num_processes: 8``), llm.c's ``| num_processes | 1 |``,
+    # ColBERT's ``nranks = 2``, MLPerf's ``"key": "number_of_ranks", "value": 2080`` (NCCL's ``comm ...
+    # rank 0 nranks 8`` is one communicator's size: no separator, no statement)
+    (r"(?<![\w-])(?i:num[_ ]processes|number_of_ranks|num_ranks|nranks)[\"']?"
+     r"(?:[ \t]{0,40}[=:|][ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
+    # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
+    # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
+    (r"\btraining on (\d{1,7}) (?:devices|GPUs)\b", 1),
+    (r"\bProcess \d{1,7}, total (\d{1,7})\b", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "processes")
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocesses", "total ")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,

@@ -65,7 +65,7 @@ def find_object(text: str) -> dict[str, Any] | None:
             return None
         obj = _decode(text, start)
         if isinstance(obj, dict):
-            return _flat(obj)
+            return _flat(_event(obj))
         start = text.find("{", start + 1)
     return None
 
@@ -85,6 +85,24 @@ def _decode(text: str, start: int) -> Any:
         return ast.literal_eval(body)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+
+
+def _event(obj: dict) -> dict:
+    """A logging event that names its metric by a key (MLPerf's ``:::MLLOG {"namespace": "",
+    "time_ms": ..., "event_type": "POINT_IN_TIME", "key": "train_loss", "value": 2.08, "metadata":
+    {"file": ..., "lineno": 223, "samples_count": 80, "lr": 0.0005}}``) is that metric and its
+    metadata's values (``{"train_loss": 2.08, "samples_count": 80, "lr": 0.0005}``), marked
+    ``_event``: it prints no step counter (see kept). An event whose value is an object (MLPerf's
+    ``tracked_stats``, a block's averages) keeps its shape."""
+    key, value = obj.get("key"), obj.get("value")
+    if not (isinstance(key, str) and "event_type" in obj and isinstance(value, (int, float, str))):
+        return obj
+    meta = obj.get("metadata")
+    out: dict[str, Any] = {key: value, "_event": True}
+    for k, v in (meta.items() if isinstance(meta, dict) else ()):
+        if k not in ("file", "lineno"):
+            out.setdefault(k, v)
+    return out
 
 
 def _flat(obj: dict) -> dict[str, Any]:
@@ -140,9 +158,9 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
             if v is not None and v >= 0 and v == int(v):
                 step = int(v)
                 break
-    if step is None:
+    if step is None and "_event" not in obj:
         return None
-    rec: dict[str, Any] = {"iteration": step, "_object": True}
+    rec: dict[str, Any] = {"iteration": step, "_object": True}  # (an event's: numbered by kept)
     total = next((number(obj[k]) for k in _TOTAL_KEYS if k in obj), None)
     if total is not None and total >= step and total == int(total):
         rec["train_iters"] = int(total)
@@ -167,6 +185,11 @@ def kept(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     its epoch: LLaMA-Factory's trainer_log.jsonl). Where a line's ``name: value`` record and an
     object name the same step, the line's values win: the object is the step's copy for a logger
     (MLPerf's ``:::MLLOG`` ``tracked_stats``, whose values are the run's averages)."""
+    events = [r for r in recs if r["iteration"] is None]  # events that print no counter: the
+    if len(events) < len(recs):  # steps in the order logged, where no record of the log has one
+        recs = [r for r in recs if r["iteration"] is not None]  # (else a logger's copies of them)
+    for n, r in enumerate(events if len(events) == len(recs) else (), 1):
+        r["iteration"] = n
     epochs = [r["_epoch"] for r in recs if "_epoch" in r]
     objects = sum(1 for r in recs if "_object" in r)
     summaries = len(epochs) > 1 and len(epochs) == len(set(epochs)) == objects \

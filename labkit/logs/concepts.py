@@ -136,8 +136,6 @@ def put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, p
         rec.setdefault("_loss", v)
     elif kind == "lm_loss" and MAIN_LOSS.match(name) and "_main" not in rec:
         rec["lm_loss"], rec["_main"] = v, True  # the total where a record prints its parts too
-    elif kind == "mfu" and v < 0:  # a placeholder before the loop has measured one (-100): no number
-        rec.setdefault(kind, None)
     elif unit in (None, "%") or kind == "tflops_per_gpu":
         rec.setdefault(kind, v)
 

@@ -28,6 +28,10 @@ _FLAG = re.compile(r"""(?:--|\bmodel\.|(?<![\w.-])['"]?)(tensor[-_]model|pipelin
                    r"""[-_]parallel[-_]size(?:['"]?\s{0,2}[=:]|['"]?,?[ \t]{1,4})\s{0,4}['"]?"""
                    r"(\d{1,6})(?![\d.])")
 _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
+# the sizes in words: ColossalAI's ``environment is initialized, data parallel size: 4, pipeline
+# parallel size: 1, tensor parallel size: 1`` (data parallel: DP)
+_SIZE_WORDS = re.compile(r"\b(data|pipeline|tensor|context) parallel size: (\d{1,6})(?![\d.])")
+_WORD_KEYS = {"data": "dp", "pipeline": "pp", "tensor": "tp", "context": "cp"}
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
 _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
 # The world size stated in words or keys, anywhere in a line, by one rule: a key, then ``=``, ``:``
@@ -37,6 +41,7 @@ WORLD_KEYS = {
     #                         config dump world_size ........ 32, its mpi_discovery ... world_size=32,
     #                         a program's flag --world-size 8 / --world_size=8
     "distributed_world_size": "ranks",  # fairseq's distributed_world_size=8, --distributed-world-size 8
+    "dist_world_size": "ranks",  # ESPnet's config print ``self.dist_world_size: 4``; DeepSpeed's launcher's
     "world_size_in_use": "ranks",  # ezpz's "WORLD_SIZE_IN_USE": 8
     "global_world_sizes": "ranks",  # torch elastic's rendezvous result: every local worker's world size
     "role_world_sizes": "ranks of one role",  # the world only where the job has one role: not read
@@ -47,7 +52,7 @@ WORLD_KEYS = {
 # (tests/fixtures/logs/real/README.md: the corpus reads them so); dist_world_size= and the WORLD
 # INFO DICT are DeepSpeed's launcher's (deepspeed.py). A stated key is read after what Megatron's
 # own lines and the launcher say (layout_of).
-_WORLD = re.compile(r"(?i)(?:--|(?<![\w-]))((?:distributed[_-])?world[_ -]size(?:_in_use)?"
+_WORLD = re.compile(r"(?i)(?:--|(?<![\w-]))((?:dist(?:ributed)?[_-])?world[_ -]size(?:_in_use)?"
                     r"|(?:global|role)_world_sizes|group_world_size)[\"']?\s{0,2}(?:[:=]|\s\.{3,80}|\s)\s{0,2}[\"']?"
                     r"(\d{1,7}(?![\d.])|\[[\d, ]{1,400}\])")
 
@@ -187,6 +192,8 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
                 if m.group(1) == "model" and not m.group(0).startswith("--"):
                     continue
                 out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
+            for m in _SIZE_WORDS.finditer(text) if "parallel size: " in text else ():
+                out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
         elif "MEMBER: " in text:
             m = _MEMBER.search(text)
             if m:
@@ -264,6 +271,8 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
     ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
     if lay.get("dp") is None and ws and tp and pp:
         lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
+    elif ws is None and lay.get("dp") and tp and pp:  # the world, from every size the log stated
+        lay["world_size"] = lay["dp"] * tp * pp * (cp or 1)
     return {k: lay.get(k) for k in LAYOUT_KEYS}
 
 

@@ -10,9 +10,10 @@ no other reader found one by the end (or none of theirs holds a loss).
 The counter: named (``step``, ``global step``, ``num_updates``, ``iteration``, ``iter``, ``it``,
 ``batch``; ``g_step`` the global one; any case) then ``:``, ``=``, ``#``, ``|``, ``,``, blanks or a
 bracket and a whole number or ``N/M`` (M the steps planned); or a batch within an epoch (``Epoch:
-[1]  [1480/1504]``, ``[1/3][ 49/323]``, ``Train:  1/3 ( 33%) [ 49/323 ( 15%)]``, ``| epoch   1 |   200/ 2983 batches``), the
-step then the batches since the run's start (its epochs from 0 where the log prints an epoch 0;
-no record where another reader numbers the log's steps, as DeepSpeed's ``step=N``),
+[1]  [1480/1504]``, ``[1/3][ 49/323]``, ``Train:  1/3 ( 33%) [ 49/323 ( 15%)]``, ``| epoch   1 |
+200/ 2983 batches``, minimind's ``Epoch:[1/1](50/56608)``), the step then the batches since the
+run's start (its epochs from 0 where the log prints an epoch 0; no record where another reader
+numbers the log's steps, as DeepSpeed's ``step=N``),
 and a named counter after such a header the step, the metrics on both sides of it; or, with no
 name (or a name of one or two letters: ``s:0 trl:11.0``), the number(s) a line starts with, where it
 names a loss (``1|25|Loss: 1.26``); or a range of batches, its last (``2626-3000batch``); or a step
@@ -67,14 +68,15 @@ _COUNTER = re.compile(r"(?<![\w/.-])(?i:" + _COUNTERS + r")(?i:\(train\))?"
                       r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
 # a batch counter within an epoch: the epoch (named, or the first of two bracketed pairs), then
-# ``B/M`` (in brackets, or followed by ``batches``): ``Epoch: [1]  [1480/1504]``, ``Epoch(train)
+# ``B/M`` (in brackets or parentheses, or followed by ``batches``): ``Epoch: [1]  [1480/1504]``,
+# minimind's ``Epoch:[1/1](50/56608)``, ``Epoch(train)
 # [1][ 50/313]``, ``Train:    1/3 ( 33%) [  49/323 ( 15%)]``, ``[1/3][ 49/323]``, ``| epoch   1 |
 # 200/ 2983 batches |``; the run's step is then the batches since its start
 _EPOCH = re.compile(r"(?i)(?:(?<![\w/.-])(?:epoch(?:\(\w{1,12}\))?|train)\s{0,4}[:=]?\s{0,12}|^\s{0,8}(?=\[))"
                     r"\[?\s{0,4}(\d{1,9})(?:\s{0,4}/\s{0,4}\d{1,9})?\s{0,4}\]?\s{0,4}(?:\(\s{0,3}\d{1,3}%\)\s{0,4})?"
                     r"(?:\|\s{0,4}[\w :/.-]{1,60}?:)?[|,:]?\s{0,12}"
-                    r"(\[)?\s{0,4}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})(?![\d.])"
-                    r"\s{0,4}(?:\(\s{0,3}\d{1,3}%\)\s{0,4})?(?(2)\]|\s{1,4}(?:batches(?!\w)|(?=[A-Za-z])))")
+                    r"([\[(])?\s{0,4}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})(?![\d.])"
+                    r"\s{0,4}(?:\(\s{0,3}\d{1,3}%\)\s{0,4})?(?(2)[\])]|\s{1,4}(?:batches(?!\w)|(?=[A-Za-z])))")
 # an epoch, then a loss, then the counter: the epoch's summary (fairseq's ``| epoch 027 | loss 6.343 | ...
 # | num_updates 10198``) or a count within it (TFLearn's ``epoch: 001 | loss: 2.03 -- iter: 00512/55000``)
 _EPOCH_FIRST = re.compile(r"(?i)(?<![\w/])epoch\s{0,4}[:=]?\s{0,4}\d")
@@ -102,10 +104,15 @@ _norm = records.norm
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B|(?<=\d)[kG])?"
 _SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
-_AFTER = re.compile(r"\s{0,4}(?:\((?:[a-zA-Z]{1,4}|(1e-?\d{1,2})|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
-                    r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}("
+# (a time's unit there is the value's: verl's ``train/time(s):7.41``); a closing quote (PaddleDetection's
+# ``'loss': 78.4`` on a line that is no dict); a value in numpy's repr (verl's ``np.float64(0.65)``)
+_AFTER = re.compile(r"['\"]?\s{0,4}(?:\((?:(ms|s|sec)|[a-zA-Z]{1,4}|(1e-?\d{1,2})"
+                    r"|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
+                    r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}(?:np\.(?:float|int)\d{0,2}\()?("
                     + NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
-_BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT + r"\s{0,2}$")
+# (a number type may stand between: llm.c's ``29.2% bf16 MFU``)
+_BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT
+                     + r"\s{0,2}(?:(?:bf16|fp16|fp8|fp32|tf32)\s{1,2})?$")
 # a data-loading time beside the step's: then a time printed without a unit is in seconds
 # (detectron2's, MMEngine's and MetricLogger's ``time: 0.1960  data_time: 0.0033``, ``data: 0.0002``)
 _DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
@@ -249,7 +256,7 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
             rec.setdefault("lm_loss", None)  # a loss that is no number: its place
             continue
         if a is not None:
-            value, unit, used = a.group(2), a.group(3), a.end()
+            value, unit, used = a.group(3), a.group(4) or a.group(1), a.end()
         elif qualifier:  # a qualified name is followed by its value
             continue
         else:
@@ -258,7 +265,7 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
                 continue
             value, unit, used = b.group(1), b.group(2), m.end()
         try:
-            v = float(value.replace(",", "")) * (float(a.group(1)) if a and a.group(1) else 1.0)
+            v = float(value.replace(",", "")) * (float(a.group(2)) if a and a.group(2) else 1.0)
         except ValueError:
             continue
         if unit is None:

@@ -161,6 +161,8 @@ class _Collector:
     def _add_iteration(self, rec: dict[str, Any]) -> None:
         if ("_bar" in rec or "_exact" in rec) and loops.redrawn(self, rec):
             return
+        if (rec.get("mfu") or 0) < 0:  # a placeholder before the loop measured one (nanoGPT's and
+            rec["mfu"] = None  # llm.c's -100 %): no number, whichever reader read it
         self.n_iters += 1
         if self.fast_rows:  # keep the records in log order
             self._pack_fast()

@@ -38,6 +38,10 @@ def test_a_communicators_size_is_no_world_size() -> None:
     line = ("node071:58333:58583 [0] NCCL INFO comm 0x7ffd14008fb0 rank 0 nranks 8 cudaDev 0 "
             "busId 1b000 - Init COMPLETE")
     assert parse_lines([line]).layout["world_size"] is None
+    # NCCL 2.21.5's collective trace (tests/fixtures/logs/heldout4d/, the mycroft harness log, line 16)
+    trace = ("<HOST>:<PID>:<TID> [0] NCCL INFO AllReduce: opCount 0 sendbuff <PTR_2> recvbuff <PTR_3> "
+             "count 4 datatype 7 op 0 root 0 comm <PTR_0> [nranks=2] stream <PTR_4>")
+    assert parse_lines([trace]).layout["world_size"] is None
 
 
 # NeMo's MLPerf Llama 2 70B LoRA (tests/fixtures/logs/heldout4d/, mlcommons/training_results_v5.1,

@@ -81,8 +81,8 @@ _RANK_STATEMENTS = (
     # a key that counts the job's processes, in a config print, a table row or an event: accelerate's
     # state ``Num processes: 8`` (its config's ``num_processes: 8``), llm.c's ``| num_processes | 1 |``,
     # ColBERT's ``nranks = 2``, MLPerf's ``"key": "number_of_ranks", "value": 2080`` (NCCL's ``comm ...
-    # rank 0 nranks 8`` is one communicator's size: no separator, no statement)
-    (r"(?<![\w-])(?i:num[_ ]processes|number_of_ranks|num_ranks|nranks)[\"']?"
+    # rank 0 nranks 8`` and its collective trace's ``[nranks=2]`` are one communicator's size: no statement)
+    (r"(?<![\w\[-])(?i:num[_ ]processes|number_of_ranks|num_ranks|nranks)[\"']?"
      r"(?:[ \t]{0,40}[=:|][ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
     # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``

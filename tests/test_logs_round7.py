@@ -76,3 +76,34 @@ def test_sizes_in_words_and_a_dist_world_size_key_state_the_layout() -> None:
     assert (lay["world_size"], lay["dp"], lay["tp"], lay["pp"]) == (4, 4, 1, 1)
     # ESPnet's config print (heldout4j/, espnet/espnet issue 1940)
     assert parse_lines(["self.dist_world_size: 4"]).layout["world_size"] == 4
+
+
+def _kinds_ranks(lines: list[str]) -> list[tuple[str, int | None]]:
+    return [(f.kind, f.rank) for f in parse_lines(lines).failure_records]
+
+
+def test_an_exception_line_with_its_module_is_an_uncaught_exception_without_its_traceback() -> None:
+    # torch DDP, NCCL 2.21.5 (heldout4e/, NVIDIA/nccl issue 2076): the excerpt starts at the exception
+    lines = ["torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+             "NCCLUtils.hpp:268, remote process exited or there was a network error, NCCL version 2.21.5",
+             "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+             "prematurely."]
+    assert [k for k, _ in _kinds_ranks(lines)] == ["python_exception"]
+
+
+def test_frames_without_their_header_open_a_traceback_of_their_rank() -> None:
+    # torch 2.x, NCCL 2.28.8 (heldout4h/, NVIDIA/nccl issue 1928): rank 3's traceback cut above its
+    # frames, then rank 2's whole header
+    log = next((HELDOUT / "heldout4h").glob("torch_2025_rank_prefixed_dist_backend_error*.txt"))
+    lines = log.read_text().splitlines()
+    assert _kinds_ranks(lines)[0] == ("python_exception", 3)
+    # its frames alone: a traceback the log cuts after them (an exception, told by its last frame)
+    assert _kinds_ranks(lines[:4]) == [("python_exception", 3)]
+
+
+def test_a_scripts_ddp_greeting_makes_a_log() -> None:
+    # an ALCF training series DDP exercise under mpiexec --label (heldout4i/, tnguyen2211)
+    line = ("x3206c0s37b1n0.hsn.cm.polaris.alcf.anl.gov 0: DDP: Hi from rank 0 of 2 with local rank 0."
+            "x3206c0s37b1n0")
+    p = parse_lines([line])
+    assert "torch" in p.tools and p.iterations.empty and p.layout["world_size"] is None

@@ -38,6 +38,13 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.){0,100000}"')
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Failure|Warning)\b")
 _DECODER = json.JSONDecoder()
 _MAX_LINES = 400  # a record this long is no error record (a config dump): closed
+# A traceback the log cut before its header (an excerpt, interleaved writers) is still one: its
+# frames (``  File "x.py", line 3, in f``: faulthandler's dumps print no comma before ``in``) open
+# it, and the exception line after them ends it. An exception line with its module
+# (``torch.distributed.DistBackendError: NCCL error in: ...``: Python names a class by its module
+# where it is no builtin) is an uncaught exception's last line even where no frame is shown.
+_FRAME = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}, in ')
+_QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception): \S")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
 # An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
 # exception line of where it was raised follow (Ray's ``ray.exceptions.RayTaskError(ImportError):
@@ -164,6 +171,11 @@ class Tracebacks:
             self.open[src] = line.lineno
             self.frame.pop(src, None)
             return None
+        if src not in self.open and text:
+            if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
+                self.open[src] = line.lineno
+            elif _QUALIFIED.match(text):  # an exception line whose whole traceback the log cut
+                return text
         if src not in self.open or not text or text.startswith(("During handling", "The above exception")):
             return None
         if text[0].isspace():

@@ -50,6 +50,7 @@ TOOL_WORDS = (
     ("torch", ("torchrun", "torch.distributed", "ProcessGroup", "ChildFailedError", "exitcode",
                "Traceback", "torchelastic", "elastic_operator", "Rendezvous", "orker group",  # elastic
                "FSDP",  # PyTorch's fully sharded data parallel (open_lm's After FSDP ... on rank 6)
+               "DDP",  # its DistributedDataParallel (a script's own ``DDP: Hi from rank 0 of 2``)
                "c10d", "TCPStore",  # the store and its sockets: [c10d] The client socket has failed ...
                "DataLoader worker")),
     ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),

@@ -51,6 +51,13 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"
                        r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
+                       # NCCL's transports on a CUDA call's error (code and string): ``failed to open
+                       # CUDA IPC handle : 64 peer access is not supported ...`` (p2p), ``rank 0 failed
+                       # to get CUDA IPC handle to device 1 : ...``, ``cudaIpcGetMemHandle failed : ...``,
+                       # ``failed to peer with device 1: 217 ...``, NVLS's ``CUDA error 801 '...'``
+                       r"|(?P<ipc>failed to (?:open|get) CUDA IPC handle[^\n]{0,200}|cudaIpc\w{1,40} failed"
+                       r"[^\n]{0,200}|failed to peer with device \S{1,40}: \d{1,4} [^\n]{1,200}"
+                       r"|CUDA error \d{1,4} '[^'\n]{1,200}')"
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
@@ -138,7 +145,7 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
     if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
-            or "off the bus" in text or "CUDNN_STATUS" in text:
+            or "off the bus" in text or "CUDNN_STATUS" in text or "to peer with" in text:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
@@ -150,7 +157,8 @@ def match_line(text: str, rank: int | None) -> Failure | None:
             if m.group("bus") or xid == "79":
                 return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
                                + _short(text), HINTS["gpu_lost"], key="cuda:bus")
-            what = m.group("msg") or m.group("fail") or m.group("nccl") or m.group("dnn") or ""
+            what = (m.group("msg") or m.group("fail") or m.group("nccl") or m.group("dnn") or m.group("ipc")
+                    or "")
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
                            key=f"cuda:{'ecc' if ecc else what[:40]}")
     if "***" in text and "CANCELLED" in text:

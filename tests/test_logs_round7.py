@@ -107,3 +107,15 @@ def test_a_scripts_ddp_greeting_makes_a_log() -> None:
             "x3206c0s37b1n0")
     p = parse_lines([line])
     assert "torch" in p.tools and p.iterations.empty and p.layout["world_size"] is None
+
+
+def test_every_loss_scale_line_without_a_trigger_counts_once() -> None:
+    # fairseq under MLPerf's bind_launch (heldout4d/, mlcommons/training_results_v0.6, NVIDIA
+    # dgx2h_n10 transformer result_1.txt): five ``| WARNING: overflow detected, setting loss scale to:
+    # N`` lines, three of them beside a line the first pass reads, two not
+    from labkit.logs import parse_log
+
+    log = next((HELDOUT / "heldout4d").glob("fairseq_2019_mlperf_transformer*.txt"))
+    found = {f["kind"]: f for f in parse_log(log).findings}
+    assert found["fp16_overflow"]["skipped_steps"] == 5
+    assert found["fp16_overflow"]["loss_scale"] == 4.0

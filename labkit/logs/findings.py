@@ -117,6 +117,8 @@ class Seen:
         self.scale_min: float | None = None
         self.floor_line: int | None = None
         self.scale_line = 0
+        self._start_line = 0
+        self._scales: set[tuple[int, str]] = set()  # the scale lines counted (a line read twice counts once)
 
     def mark(self, tool: str, lineno: int) -> None:
         self.tools.setdefault(tool, lineno)
@@ -167,6 +169,9 @@ class Seen:
             if _SCALE_FLOOR.search(text) and self.floor_line is None:
                 self.floor_line = line.lineno
             return
+        if (line.lineno, text) in self._scales:  # read again by the loop-line pass (loops.add_lines)
+            return
+        self._scales.add((line.lineno, text))
         before = _num(m.group(1) or m.group(3))
         after = _num(m.group(2) or m.group(4) or m.group(5)) or before  # hysteresis: scale kept
         if after is None:
@@ -175,11 +180,12 @@ class Seen:
         src = (int(r.group(1)) if r else line.rank, line.host)
         count = self.overflows if "kipping step" in text else self.reductions
         count[src] = count.get(src, 0) + 1
-        if self.scale_start is None:
-            self.scale_start = before if before is not None else after
-        self.scale = after
+        if self.scale_start is None or line.lineno < self._start_line:  # in the log's order, though
+            self.scale_start = before if before is not None else after  # a later pass reads a line
+            self._start_line = line.lineno  # the first pass left out
+        if line.lineno >= self.scale_line:
+            self.scale, self.scale_line = after, line.lineno
         self.scale_min = after if self.scale_min is None else min(self.scale_min, after)
-        self.scale_line = line.lineno
 
     @property
     def skipped_steps(self) -> int:

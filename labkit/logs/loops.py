@@ -355,18 +355,17 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
     """Add the records of the lines among the first ``limit`` bytes of ``lines`` that
     has_no_trigger takes to ``col`` (parse.py's collector; a record read already merges with its
     copy: the same iteration, the same values). In a log with no record yet, every line is also
-    offered to generic.py (kept only if no reader finds a record). Where the first pass read no
-    loss-scale line, those among these lines go to the fp16 findings (``setting loss scale to``
-    holds no trigger word; where one was read, this pass may have seen it already and adds none)."""
+    offered to generic.py (kept only if no reader finds a record). Loss-scale lines among these
+    lines go to the fp16 findings too (``setting loss scale to`` holds no trigger word: the first
+    pass saw only those beside a trigger; findings.py counts a line it saw already once)."""
     seen = 0
     if (not col.n_iters or generic.lossless(col)) and col.generic is None:  # any loop's step lines
         col.generic = multiline.Records()
-    scales = not col.seen.scale_line  # no loss-scale line was read: those without a trigger word too
     for lineno, raw in enumerate(lines, 1):
         seen += len(raw)
         if seen > limit:
             break
-        if scales and ("scale to" in raw if isinstance(raw, str) else b"scale to" in raw):
+        if ("scale to" in raw if isinstance(raw, str) else b"scale to" in raw):
             col.seen.observe(clean_line(raw, lineno))  # fairseq's ``NOTE: overflow detected, setting
             #                                            loss scale to: 16.0`` (findings.py counts it)
         if may_be_loop_line(raw):

@@ -171,49 +171,95 @@ class _Serving:
         return self.depth is not None
 
 
+# every word launcher_flags looks for before its patterns: the flags', the world's, the rank
+# statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``)
+_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", *_RANK_WORDS)
+_ENGINE_WORDS = ("rollout", "inference", "vllm", "sglang")  # _SERVING's sections
+
+
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
     value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
-    program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD), and
-    the sizes of a device mesh or of a program's ``world=N tp=T dp=D`` statement."""
+    program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD), the
+    sizes in words (_SIZE_WORDS), and the sizes of a device mesh or of a program's ``world=N tp=T
+    dp=D`` statement."""
     out: dict[str, int] = {}
-    seen = 0
     serving = _Serving()
-    for raw in lines:
-        seen += len(raw)
-        if seen > limit:
-            break
+    for raw in _worded(_head(lines, limit)):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if ("rollout" in text or "inference" in text or "vllm" in text or "sglang" in text
                 or serving.depth is not None) and serving.inside(text):
             continue
-        if "parallel" in text:
-            for m in _FLAG.finditer(text):
-                if m.group(1) == "model" and not m.group(0).startswith("--"):
-                    continue
-                out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
-            for m in _SIZE_WORDS.finditer(text) if "parallel size: " in text else ():
-                out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
-        elif "MEMBER: " in text:
-            m = _MEMBER.search(text)
-            if m:
-                out.setdefault("world_size", int(m.group(1)))
-        if ("orld" in text or "ORLD" in text) and "world_size" not in out:
-            ws = stated_world_size(text)
-            if ws is not None:
-                out["world_size"] = ws
-        if "dp_world_size" in text and "dp" not in out:
-            m = _DP_WORLD.search(text)
-            if m:
-                out["dp"] = int(m.group(1))
-        if "world_size" not in out and any(w in text for w in _RANK_WORDS):
-            ws = stated_rank_count(text)
-            if ws is not None:
-                out["world_size"] = ws
-        if "device mesh" in text or "world=" in text:
-            for key, v in (_mesh(text) if "device mesh" in text else _named_sizes(text)).items():
-                out.setdefault(key, v)
+        _read_flags(text, out)
     return out
+
+
+def _head(lines: Iterable[str] | Iterable[bytes], limit: int) -> list:
+    head, seen = [], 0
+    for raw in lines:
+        seen += len(raw)
+        if seen > limit:
+            break
+        head.append(raw)
+    return head
+
+
+def _worded(head: list) -> list:
+    """The lines of ``head`` launcher_flags reads, in order: those holding one of _HEAD_WORDS (found
+    in the joined text, not line by line: most lines of a log hold none), or every line where an
+    inference engine's section may begin (_Serving follows its keys line by line)."""
+    if not head:
+        return []
+    nl = b"\n" if isinstance(head[0], bytes) else "\n"
+    blob = nl.join(head)
+    enc = (lambda w: w.encode()) if isinstance(blob, bytes) else (lambda w: w)
+    if any(enc(w) in blob for w in _ENGINE_WORDS):
+        return head
+    starts: set[int] = set()
+    for word in _HEAD_WORDS:
+        w = enc(word)
+        i = blob.find(w)
+        while i >= 0:
+            starts.add(blob.rfind(nl, 0, i) + 1)
+            end = blob.find(nl, i)
+            i = -1 if end < 0 else blob.find(w, end)
+    if not starts:
+        return []
+    offsets, pos = {}, 0  # line start -> its index
+    for n, line in enumerate(head):
+        offsets[pos] = n
+        pos += len(line) + 1
+    return [head[offsets[s]] for s in sorted(starts) if s in offsets]
+
+
+def _read_flags(text: str, out: dict[str, int]) -> None:
+    """The sizes one line states, into ``out`` (the first value of each wins)."""
+    if "parallel" in text:
+        for m in _FLAG.finditer(text):
+            if m.group(1) == "model" and not m.group(0).startswith("--"):
+                continue
+            out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
+        for m in _SIZE_WORDS.finditer(text) if "parallel size: " in text else ():
+            out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
+    elif "MEMBER: " in text:
+        m = _MEMBER.search(text)
+        if m:
+            out.setdefault("world_size", int(m.group(1)))
+    if ("orld" in text or "ORLD" in text) and "world_size" not in out:
+        ws = stated_world_size(text)
+        if ws is not None:
+            out["world_size"] = ws
+    if "dp_world_size" in text and "dp" not in out:
+        m = _DP_WORLD.search(text)
+        if m:
+            out["dp"] = int(m.group(1))
+    if "world_size" not in out and any(w in text for w in _RANK_WORDS):
+        ws = stated_rank_count(text)
+        if ws is not None:
+            out["world_size"] = ws
+    if "device mesh" in text or "world=" in text:
+        for key, v in (_mesh(text) if "device mesh" in text else _named_sizes(text)).items():
+            out.setdefault(key, v)
 
 
 def _mesh(text: str) -> dict[str, int]:

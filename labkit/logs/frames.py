@@ -210,6 +210,8 @@ def _worded(head: list) -> list:
     inference engine's section may begin (_Serving follows its keys line by line)."""
     if not head:
         return []
+    if len({type(line) for line in head}) > 1:  # lines of both kinds (parse_lines takes either): text
+        head = [line.decode("utf-8", "replace") if isinstance(line, bytes) else line for line in head]
     nl = b"\n" if isinstance(head[0], bytes) else "\n"
     blob = nl.join(head)
     enc = (lambda w: w.encode()) if isinstance(blob, bytes) else (lambda w: w)

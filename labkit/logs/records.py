@@ -162,7 +162,7 @@ def step_record(obj: dict[str, Any], kind: Callable[[str], str | None],
         return None
     rec: dict[str, Any] = {"iteration": step, "_object": True}  # (an event's: numbered by kept)
     total = next((number(obj[k]) for k in _TOTAL_KEYS if k in obj), None)
-    if total is not None and total >= step and total == int(total):
+    if total is not None and (step is None or total >= step) and total == int(total):
         rec["train_iters"] = int(total)
     epoch = number(obj.get("epoch"))
     if epoch is not None:

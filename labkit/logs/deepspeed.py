@@ -159,6 +159,7 @@ class Steps:
         self.anchor: dict[tuple, int] = {}  # ... until a Trainer dict takes it
         self.counted = False
         self.unnumbered: list[tuple[tuple, dict[str, Any]]] = []
+        self.memory: list[dict[str, Any]] = []  # the memory of timers that number no step
 
     def parse(self, line: Line) -> dict[str, Any] | None:
         """The line's iteration record, numbered; None if it is none (or not numbered yet)."""
@@ -166,7 +167,12 @@ class Steps:
         rec = parse_step(line.text)
         if rec is not None:
             if rec.pop("micro_step", False):
-                return rec if self.last.get(src) == rec["iteration"] else None
+                if self.last.get(src) == rec["iteration"]:
+                    return rec
+                mem = take_memory(rec, line.rank)  # no step, but the memory it measured
+                if mem is not None:
+                    self.memory.append({**mem, "iteration": None})
+                return None
             self.counted = self.counted or rec["iteration"] > 0  # step=0: the engine's build, no step yet
             if "skipped" in rec:
                 self.last[src] = rec["iteration"]

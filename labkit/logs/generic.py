@@ -126,14 +126,23 @@ _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_pe
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
 
 
+# a line that ends in one step's time and prints no other metric (ColossalAI's benchmark: ``INFO:
+# Step time: 22.885``, between its wrapped logger lines): seconds where no unit is printed, as the
+# clocks of Python's time module count
+_STEP_TIME = re.compile(r"(?i)(?:^|[\s:|,])(?:step|iter(?:ation)?|batch)[ _]time\s{0,2}[:=]\s{0,4}("
+                        + NUM + r")\s{0,2}(ms|s)?\s{0,8}$")
+
+
 def may_be_record(text: str | bytes) -> bool:
     """A cheap test before parse: does the line name any metric at all?"""
     t = text.lower()  # a few substring tests: this runs on every line of a log with no record
     if isinstance(t, bytes):
         return (b"loss" in t or b"lr" in t or b"learning" in t or b"tok" in t or b"mfu" in t
-                or b"tflop" in t or b"/step" in t or b"time" in t or b"elapsed" in t or b"norm" in t)
+                or b"tflop" in t or b"/step" in t or b"time" in t or b"elapsed" in t or b"norm" in t
+                or b"img/s" in t or b"sample" in t)
     return ("loss" in t or "lr" in t or "learning" in t or "tok" in t or "mfu" in t
-            or "tflop" in t or "/step" in t or "time" in t or "elapsed" in t or "norm" in t)
+            or "tflop" in t or "/step" in t or "time" in t or "elapsed" in t or "norm" in t
+            or "img/s" in t or "sample" in t)
 
 
 def parse(text: str, state: Any = None) -> dict[str, Any] | None:
@@ -185,7 +194,11 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     else:
         m = _LEADING.match(text) or _ABBREV.match(text)
         if m is None:
-            return None
+            t = _STEP_TIME.search(text)  # a step's time alone: a step, numbered in order where no
+            if t is None:  # record of the log prints a counter (records.kept)
+                return None
+            scale = 1.0 if t.group(2) == "ms" else 1000.0
+            return {"iteration": None, "elapsed_ms": float(t.group(1)) * scale}
         rec = {"iteration": int(m.group(1) or m.group(2))}
         rest = text[m.end():]
         _metrics(rest, rec, units)
@@ -217,6 +230,11 @@ def counter(text: str) -> re.Match | None:
     return max([first, *rest], key=lambda m: int(m.group(2) or -1))  # (the first of equals)
 
 
+def without_counters(text: str) -> str:
+    """``text`` with its step counters taken out."""
+    return _COUNTER.sub(" ", text)
+
+
 def fields(text: str) -> dict[str, Any]:
     """The counter and the named metrics of ``text``, wherever they sit: a step's record glued
     after a progress bar that names the step (NeMo's DLLogger line ``DLL ... - 0 reduced_train_loss :
@@ -225,6 +243,13 @@ def fields(text: str) -> dict[str, Any]:
     rec = _metrics(text, {"iteration": int(m.group(1))} if m else {})
     settle(rec)
     rec.pop("_memory", None)
+    return rec
+
+
+def metrics(text: str) -> dict[str, Any]:
+    """The named metrics of ``text`` alone, no counter (``_memory``: (column, MiB))."""
+    rec = _metrics(text, {})
+    settle(rec)
     return rec
 
 
@@ -279,6 +304,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         elif kind == "mem" and unit in (None, "M"):  # no unit: a whole number MiB (torch's bytes
             # / 2**20: MetricLogger's ``max mem: 51710``, detectron2's ``max_mem: 2996M``), else GB
             unit = "MiB" if unit == "M" or value.isdigit() else "GB"  # (Composer's ``memory/..._mem``)
+            if unit == "MiB" and v >= 2**30:  # a petabyte in MiB: torch's bytes as counted (NeMo 2's
+                unit = "bytes"  # ``max_memory_allocated: 53930270720``)
         concepts.put(rec, kind, _norm(name + qualifier), v, unit,
              bool(per_device) or concepts.per_device(name + qualifier))
     return rec

@@ -22,6 +22,8 @@ import math
 import re
 from typing import Any
 
+from labkit.logs import generic
+
 # --- iteration lines --------------------------------------------------------------------------
 _ITER = re.compile(r"(?:^|\s)iteration:?\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
 _TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]")
@@ -180,6 +182,10 @@ def _parse_general(text: str) -> dict[str, Any] | None:
             v = _num(value)  # extra losses come and go (load balancing, MTP, z-loss)
             if v is not None:
                 rec[key.replace(" ", "_").replace("-", "_")] = v
+        else:  # a label of no table here (NeMo 2's ``TFLOPS_per_GPU: 48.58``, a fork's ``iteration
+            # time: 270.1 s samples/sec: 3.8``): the names every loop shares (concepts.py) read it
+            for col, v in generic.metrics(part).items():
+                rec.setdefault(col, v)
     if "global_step" in rec:  # Lightning's step counts across epochs; its iteration restarts per epoch
         rec["iteration"] = rec.pop("global_step")
     for k in _INT_COLUMNS:

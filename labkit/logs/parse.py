@@ -226,12 +226,19 @@ class _Collector:
             if self.first_error is None:
                 self.first_error = f"line {line.lineno}: {type(e).__name__}: {e}"
 
+    def _with_memory(self, rec: dict[str, Any], line: Line) -> dict[str, Any]:
+        """A step record's memory field (``_memory``: (column, MiB)) as a memory row of its rank."""
+        mem = rec.pop("_memory", None)
+        if mem is not None:
+            self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
+        return rec
+
     def _records(self, line: Line) -> bool:
         """Offer the line to the record parsers; True if it was a training record."""
         text = line.text
         rec = megatron.parse_iteration(text)
         if rec is not None:
-            self._add_iteration(rec)
+            self._add_iteration(self._with_memory(rec, line))
             return True
         for parse, sink in ((megatron.parse_memory, self.memory),
                             (megatron.parse_validation, self.validation),
@@ -245,11 +252,8 @@ class _Collector:
         if loops.may_be_step_line(text):
             rec = loops.parse_step_line(text)
             if rec is not None:
-                mem = rec.pop("_memory", None)
-                if mem is not None:
-                    self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
                 self.loop_iters += loops.has_no_trigger(text)
-                self._add_iteration(rec)
+                self._add_iteration(self._with_memory(rec, line))
                 return "%|" not in text  # a message glued to a progress bar is read too
         ch = nccl.parse_channel(text)
         if ch is not None:
@@ -295,6 +299,8 @@ class _Collector:
         self.pending.clear()
         self.scanner.close()  # a traceback the file ends inside
         self.blocks.close(self)
+        self.memory += self.steps.memory
+        self.steps.memory = []
         for rec in self.steps.numbered_in_order():
             self.memory += [m for m in [deepspeed.take_memory(rec, None)] if m]
             self._add_iteration(rec)

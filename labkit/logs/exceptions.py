@@ -42,9 +42,15 @@ _MAX_LINES = 400  # a record this long is no error record (a config dump): close
 # frames (``  File "x.py", line 3, in f``: faulthandler's dumps print no comma before ``in``) open
 # it, and the exception line after them ends it. An exception line with its module
 # (``torch.distributed.DistBackendError: NCCL error in: ...``: Python names a class by its module
-# where it is no builtin) is an uncaught exception's last line even where no frame is shown.
+# where it is no builtin) is an uncaught exception's last line even where no frame is shown
+# (TensorFlow's ``errors_impl.UnknownError:  ncclCommInitRank failed``: two blanks). A tail with no
+# frame line the log kept (posted from its middle, a frame's ``File`` at the margin, frames that hold
+# no trigger word: only the code line before the exception reaches the scanner) is one too: an
+# exception line (``RuntimeError: NCCL error in: ...``, a name of _EXCEPTION's form, not a warning)
+# right after a frame's line of the same source (its code, indented 4, or ``File``; not C++'s
+# ``  what():  ...``) ends a traceback whose header the log cut.
 _FRAME = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}, in ')
-_QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception): \S")
+_QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception):\s{1,4}\S")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
 # An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
 # exception line of where it was raised follow (Ray's ``ray.exceptions.RayTaskError(ImportError):
@@ -150,6 +156,19 @@ def _braces(text: str) -> int:
 GLUED_LINES = 400
 
 
+def _tail_end(text: str, code: str) -> bool:
+    """An exception's own line (``Name: text``, not a warning's) ending a headless traceback's tail;
+    a bare name too where the code line before raised it (``    raise EOFError`` then ``EOFError``)."""
+    m = _EXC_LINE.match(text)
+    if m is None or _EXCEPTION.match(text) is None or m.group(1).endswith("Warning"):
+        return False
+    return m.group(3) is not None or _RAISE.match(code) is not None and (
+        _RAISE.match(code).group(1).rsplit(".", 1)[-1] == m.group(1).rsplit(".", 1)[-1])
+
+
+_RAISE = re.compile(r"^\s{1,40}raise\s{1,4}([A-Za-z_][\w.]{0,200})\s{0,4}(?:\(|$)")
+
+
 class Tracebacks:
     """Python tracebacks per source: ``feed`` returns the line that ends one (the exception's)."""
 
@@ -157,6 +176,8 @@ class Tracebacks:
         self.open: dict[tuple, int] = {}  # source -> line where its traceback began
         self.frame: dict[tuple, str] = {}  # source -> its last ``File "...", line N, in f`` line
         self.glued: dict[tuple, int] = {}  # source -> the line its glued tracebacks' last header is on
+        self.indented: tuple[tuple, int] | None = None  # (source, line) of the last indented line
+        self.code = ""  # the text of that line
 
     @property
     def busy(self) -> bool:
@@ -171,11 +192,15 @@ class Tracebacks:
             self.open[src] = line.lineno
             self.frame.pop(src, None)
             return None
+        after_code, self.indented = self.indented == (src, line.lineno - 1), None
         if src not in self.open and text:
+            code = self.code
+            if text[:3].isspace() and text.strip() or _FRAME.match(text):  # a frame's code line (4
+                self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
             if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
                 self.open[src] = line.lineno
-            elif _QUALIFIED.match(text):  # an exception line whose whole traceback the log cut
-                return text
+            elif _QUALIFIED.match(text) or after_code and _tail_end(text, code):  # an exception line whose
+                return text  # traceback the log cut (all of it, or all but the code line before it)
         if src not in self.open or not text or text.startswith(("During handling", "The above exception")):
             return None
         if text[0].isspace():

@@ -116,9 +116,12 @@ def _shm_full(text: str, rank: int | None) -> Failure:
                    key="shm")
 
 
-def match_line(text: str, rank: int | None) -> Failure | None:
-    """One line -> a Failure (line number filled in by the caller), or None."""
-    rank = c10d.rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
+def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failure | None:
+    """One line -> a Failure (line number filled in by the caller), or None. A rank that is the
+    process's global one (``global_rank``: torch's ``[rank15]:``) beats the message's ``[Rank 1]``,
+    the rank in the collective's process group; else the message names it (c10d.rank_in)."""
+    if not global_rank:
+        rank = c10d.rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)
@@ -261,7 +264,7 @@ class FailureScanner:
 
     def feed(self, line: Line) -> None:
         text = line.text
-        f = match_line(text, line.rank)
+        f = match_line(text, line.rank, line.global_rank)
         prev = self._prev
         wide = prev is not None and max(prev.width, len(prev.text)) >= 60  # printed width, prefixes in
         if f is None and prev is not None and prev.lineno == line.lineno - 1 and wide \

@@ -26,6 +26,11 @@ pasted into it, a run of blanks inside a word, is taken out first)::
     Reducing dynamic loss scale from 4096.0 to 2048.0 / NOTE: overflow detected, setting loss
     scale to: 64.0 / Current loss scale already at minimum - cannot decrease scale anymore
 
+A run that states its own end did not hang, whatever else its log lacks: MLPerf's ``run_stop`` event
+(``:::MLLOG {..., "key": "run_stop", ..., "metadata": {..., "status": "success"}}``, v0.6's ``:::MLL
+1561427911.996 run_stop: {"value": null, "metadata": {"status": "success", ...}}``) with its status.
+A log with no iteration that ends so is said to have ended (``run_ended``), not to have stopped or hung.
+
 Each is a skipped step and the scale after it (DeepSpeed's next ``step=`` record takes it as its
 ``loss_scale``; the finding counts the skipped steps, per process, and names the scale; where a log
 prints ``Skipping step`` lines, those count the steps, and a scale line beside them is the same
@@ -73,6 +78,10 @@ _SCALE = re.compile(
     r"[Aa]ttempted loss scale: ([0-9.eE+-]{1,30}), (?:reducing to ([0-9.eE+-]{1,30})|but hysteresis)"
     r"|[Rr]educing (?:dynamic )?loss scale (?:from ([0-9.eE+-]{1,30}) )?to ([0-9.eE+-]{1,30})"
     r"|setting loss scale to: ([0-9.eE+-]{1,30})")
+# the run's own end (module docstring); its words hold no trigger: loops.add_lines offers the lines of
+# a log without iterations that hold one of UNTRIGGERED (the first pass saw only those beside a trigger)
+_RUN_STOP = re.compile(r'run_stop\b.{0,4000}?"status":\s{0,2}"(\w{1,40})"')
+UNTRIGGERED = ("scale to", "run_stop")
 _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale reached")
 # the process an overflow line names (``OVERFLOW! Rank 0``, ZeRO-2's ``loss scale overflow! Rank 6``): each
 # process skips the step, so the lines of several at one step are one skipped step
@@ -119,6 +128,7 @@ class Seen:
         self.scale_line = 0
         self._start_line = 0
         self._scales: set[tuple[int, str]] = set()  # the scale lines counted (a line read twice counts once)
+        self.ended: tuple[int, str] | None = None  # (line, status) of the run's own end (run_stop)
 
     def mark(self, tool: str, lineno: int) -> None:
         self.tools.setdefault(tool, lineno)
@@ -138,6 +148,10 @@ class Seen:
             line = Line(line.lineno, line.rank, text, line.host, line.width)
         if "scale" in text:
             self._scale(line)
+        if "run_stop" in text:
+            m = _RUN_STOP.search(text)
+            if m:
+                self.ended = (line.lineno, m.group(1))
 
     def _nccl(self, text: str) -> None:
         self.nccl_lines += 1
@@ -233,6 +247,13 @@ class Seen:
 
     def _stopped(self) -> dict[str, Any]:
         where = f" (last line {self.last_line})"
+        if self.ended is not None:
+            line, status = self.ended
+            net = self.network_words() if self.nccl_lines else None
+            return {"kind": "run_ended", "line": line,
+                    "message": (f"NCCL initialised on {net}; " if net else "")
+                    + f"the run reports its own end (MLPerf run_stop, status {status}, line {line}): it "
+                    f"did not hang; no iteration is logged in a form labkit reads"}
         if self.nccl_lines:
             net = self.network_words()
             on = f" on {net}" if net else ""

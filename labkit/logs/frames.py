@@ -88,6 +88,11 @@ _RANK_STATEMENTS = (
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
     (r"\btraining on (\d{1,7}) (?:devices|GPUs)\b", 1),
     (r"\bProcess \d{1,7}, total (\d{1,7})\b", 1),
+    # a program's count of the GPUs it runs on: maskrcnn-benchmark's (and its forks') ``Using 8 GPUs``
+    # (its WORLD_SIZE), fairseq 0.4's ``| using 3 GPUs (with max tokens per GPU = 2000 ...)``, Horovod's
+    # benchmarks' ``Number of GPUs: 1`` (hvd.size()); not a count per node
+    (r"\b[Uu]sing (\d{1,7}) GPUs\b(?! per)", 1),
+    (r"\bNumber of GPUs: (\d{1,7})\b", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern

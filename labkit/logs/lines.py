@@ -18,7 +18,8 @@ process printed, plus the rank the wrapper told us about:
     loggers               time stamps (bare, in brackets or parentheses), ``[INFO]``,
                           ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
                           `` - root - INFO - ``, ``[INFO] 2021-09-13 22:18:26,678 api: ``,
-                          ``submitit WARNING (2021-03-15 17:50:23,701) - ``, glog and absl
+                          ``submitit WARNING (2021-03-15 17:50:23,701) - ``, vLLM's month-day
+                          ``ERROR 04-07 00:57:46 ray_utils.py:45] ``, glog and absl
                           (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``,
                           DINOv2's ``I20250104 12:12:42 90 dinov2 helpers.py:102] ``), a Markdown
                           inline code's opening backtick,
@@ -30,7 +31,9 @@ process printed, plus the rank the wrapper told us about:
                           ``[fairseq_cli.train][INFO] - ``, ``__main__    : INFO     ``, a Python
                           file's place (``[trainer.py:757] ``, ``log_hooks.py: 277: ``)
 
-Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. The logger names a
+Prefixes can nest (``3: [default1]:[rank5]:text``); the innermost rank wins. torch's own ``[rank5]:``
+is the process's global rank (``Line.global_rank``): a message's ``[Rank 1]`` behind it is the rank in
+the collective's process group (failures.py). The logger names a
 prefix states are kept (``Line.logger``): they say which tool printed a line whose own words do
 not (``Sending process 33051 closing signal SIGTERM`` behind torch elastic's). A Megatron time
 stamp right before ``iteration N`` is the record's own and stays. Colour codes (real, or copied as
@@ -76,7 +79,7 @@ _PREFIX = re.compile(
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
     r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
-    r"|(?>\[?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "                  # a time of day
+    r"|(?>\[?(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "   # a time of day (vLLM's: 04-07 00:57:46)
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
     r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
     r"|`(?=[^`\s])"                                                   # a Markdown inline code's backtick
@@ -123,6 +126,7 @@ class Line:
     width: int = 0  # the printed line's length, prefixes included (a hard wrap cuts at a width)
     logger: str | None = None  # the loggers logging prefixes named (torch.distributed.elastic.agent...)
     earlier: tuple[Line, ...] = ()  # messages a carriage return's redraw overwrote (clean_line)
+    global_rank: bool = False  # the rank is torch's ``[rankN]:`` prefix's (the process's global rank)
 
 
 def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
@@ -130,9 +134,11 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
     return _strip(text)[:3]
 
 
-def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
-    """strip_prefixes, and the logger names logging prefixes gave (outermost first, blank-separated)."""
+def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
+    """strip_prefixes, the logger names logging prefixes gave (outermost first, blank-separated), and
+    whether the rank is torch's ``[rankN]:`` (global)."""
     rank: int | None = None
+    glob = False
     host: str | None = None
     logger: str | None = None
     for _ in range(16):  # prefixes nest several deep (srun label, tee, host:pid:tid, time stamp, level)
@@ -143,7 +149,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
             break
         for g in ("r1", "r2", "r3", "r4", "r5", "r6"):
             if m.group(g) is not None:
-                rank = int(m.group(g))
+                rank, glob = int(m.group(g)), g == "r2"
                 break
         else:
             host = m.group("host") or m.group("pod") or m.group("ray") or host
@@ -153,7 +159,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
             if name:
                 logger = f"{logger} {name}" if logger else name
         text = text[m.end():]
-    return text, rank, host, logger
+    return text, rank, host, logger, glob
 
 
 def split_glued(line: Line) -> tuple[Line, ...]:
@@ -161,7 +167,8 @@ def split_glued(line: Line) -> tuple[Line, ...]:
     second with the rank its prefix names); any other line -> itself."""
     if line.earlier:  # the messages a terminal showed before this one, in turn
         return (*(p for e in line.earlier for p in split_glued(e)),
-                *split_glued(Line(line.lineno, line.rank, line.text, line.host, line.width, line.logger)))
+                *split_glued(Line(line.lineno, line.rank, line.text, line.host, line.width, line.logger,
+                                  global_rank=line.global_rank)))
     text = line.text
     m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
     if m is None and "]<std" in text:
@@ -243,17 +250,18 @@ def clean_line(raw: str | bytes, lineno: int = 0) -> Line:
     if len(parts) == 1 or len(lines) <= 1:
         return lines[0] if lines else _line(parts[-1], lineno)
     last = lines[-1]
-    return Line(last.lineno, last.rank, last.text, last.host, last.width, last.logger, tuple(lines[:-1]))
+    return Line(last.lineno, last.rank, last.text, last.host, last.width, last.logger, tuple(lines[:-1]),
+                last.global_rank)
 
 
 def _line(text: str, lineno: int) -> Line:
     if "]<std" in text and text.count("]<std") > 1:
         text = _join_pieces(text)
     width = len(text)
-    text, rank, host, logger = _strip(text)
+    text, rank, host, logger, glob = _strip(text)
     if "\x1b" in text:  # colour codes can sit after a prefix too
         text = _ANSI.sub("", text)
-    return Line(lineno, rank, text, host, width, logger)
+    return Line(lineno, rank, text, host, width, logger, global_rank=glob)
 
 
 # A log line longer than this is cut (with a note): memory stays bounded on a line of

@@ -71,8 +71,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from labkit.logs import generic, multiline
+from labkit.logs.findings import UNTRIGGERED
 from labkit.logs.lines import clean_line
 
+_UNTRIGGERED_B = tuple(w.encode() for w in UNTRIGGERED)  # findings.py's words, for lines of bytes
 _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
                       r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                       r", time (\d{1,20}(?:\.\d{1,20})?)ms"
@@ -365,9 +367,9 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
         seen += len(raw)
         if seen > limit:
             break
-        if ("scale to" in raw if isinstance(raw, str) else b"scale to" in raw):
+        if any(w in raw for w in (UNTRIGGERED if isinstance(raw, str) else _UNTRIGGERED_B)):
             col.seen.observe(clean_line(raw, lineno))  # fairseq's ``NOTE: overflow detected, setting
-            #                                            loss scale to: 16.0`` (findings.py counts it)
+            #          loss scale to: 16.0``, MLPerf's run_stop (findings.py counts a line read twice once)
         if may_be_loop_line(raw):
             text = clean_line(raw, lineno).text
             rec = parse_step_line(text) if has_no_trigger(text) else None

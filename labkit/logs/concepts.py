@@ -3,19 +3,19 @@
 Loops name one metric in many ways: ``interval_samples_per_second``, ``samples/sec``, ``Samples/s``
 and ``samples per second`` are one concept, as are ``loss_scale``, ``loss scale``, ``loss_scaling``
 and ``scale``, or ``tgs``, ``tokens/gpu/s`` and ``tokens_per_second_per_gpu``. A name is normalized
-before it is looked up (:func:`canon`): case, ``_``/``-``/blanks alike; a rate's spelling (``_per_second``,
-``_per_sec``, ``/second``, ``/sec``) is ``/s``; a device (``/gpu``, ``_per_device``, ``per_gpu``) is a
-flag, not part of the name; a prefix saying over what the value was taken (``interval_``, ``train_``,
-``training_``, ``num_``) is dropped; an abbreviation (``tot``, ``tgs``, ``sps``) is the word it
-stands for. The normalized name is then matched against one table of concepts (:data:`CONCEPTS`,
-records.py's names and their kin), each a column kind:
+before it is looked up (:func:`canon`): case, ``_``/``-``/blanks alike; a rate's spelling
+(``_per_second``, ``_per_sec``, ``/second``, ``/sec``) is ``/s``; a device (``/gpu``, ``_per_device``,
+``per_gpu``, `` per GPU``) is a flag, not part of the name; a prefix saying over what the value was
+taken (``interval_``, ``train_``, ``training_``, ``num_``) is dropped; an abbreviation (``tot``,
+``tgs``, ``sps``) is the word it stands for. The normalized name is then matched against one table
+of concepts (:data:`CONCEPTS`, records.py's names and their kin), each a column kind:
 
 - ``lm_loss`` the loss (``total``/``tot``/``overall``/``lm`` loss wins where a record prints its
   parts too); ``loss`` a loss of another name (any name ending in ``loss`` that is no running mean);
 - ``lr``; ``s``/``ms``/``time`` a step time (``time`` takes its unit from the value); ``none`` a
   part of the step (data loading, the forward pass); ``ups`` updates per second (the step time's
   inverse);
-- ``smp`` samples/s; ``tok`` tokens/s, ``tokg`` tokens per GPU per second; ``consumed`` the
+- ``smp`` samples/s (images too); ``tok`` tokens/s, ``tokg`` tokens per GPU per second; ``consumed`` the
   samples consumed so far; ``mfu``; ``tflops_per_gpu``; ``grad_norm``; ``loss_scale``; ``mem``.
 
 A metric of an evaluation (``val loss``, ``eval_loss``, ``loss/val``, a ``valid step`` counter) is
@@ -36,6 +36,7 @@ CONCEPTS = dict(NAMES) | {
     "consumed_samples": "consumed", "consumed_train_samples": "consumed",
     "tokens/gpu/s": "tokg", "tgs": "tokg",  # InternLM's ``tgs (tokens/gpu/second)``
     "samples/s": "smp", "sps": "smp",
+    "img/s": "smp", "images/s": "smp",  # Horovod's benchmarks: ``Iter #0: 126.5 img/sec per GPU``
     "total_grad_norm": "grad_norm", "grad_norm_total": "grad_norm",
     "it/s": "ups", "s/it": "s",  # tqdm's units as a name (ALBERT's ``-- It/s: 1.69``, MLX's ``It/sec``)
 }
@@ -43,9 +44,9 @@ CONCEPTS = dict(NAMES) | {
 _PREFIX = re.compile(r"^(?:interval|train|training|num)_(?=[a-z])")
 # a rate's spellings: ``_per_second``, ``_per_sec``, ``/second``, ``/sec`` -> ``/s``
 _RATE = re.compile(r"(?:_per_|/)sec(?:ond)?s?(?=$|/|_)")
-PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)(?![a-zA-Z])")
+PER_DEVICE = re.compile(r"(?:/|[ _]per[ _])(?:device|gpu|GPU|chip|accelerator)(?![a-zA-Z])")
 _DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|chip|accelerator)(?=$|/|_)")
-_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20, "bytes": 1 / 2**20}
 _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
 # the loss that wins where several are printed (``loss: X, lm_loss: Y``: Y, the loss without
 # auxiliary terms; ``aux_loss: A, total_loss: T``: T)
@@ -72,7 +73,7 @@ def _spellings(name: str) -> str:
 NAME = re.compile(r"(?:(?<![\w/])|(?<=\d)(?=seconds))((?:[a-z][a-z0-9_]{0,30}/){0,2})("
                   r"(?:(?:interval|num)[ _-])?(?:"
                   + "|".join(sorted((_spellings(n) for n in CONCEPTS), key=len, reverse=True))
-                  + r")|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|_per_)(?:device|gpu|chip|accelerator))?"
+                  + r")|[a-z][a-z0-9]{0,24}[_-]?loss)((?:/|[ _]per[ _])(?:device|gpu|chip|accelerator))?"
                   r"((?:_\d{1,2})?(?:[-/][a-z0-9]\w{0,30}){0,3})(?![\w/])", re.IGNORECASE)  # lr_0: group 0
 
 
@@ -120,8 +121,8 @@ def put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, p
             rec.setdefault("consumed_samples", int(v))
     elif kind == "tokg":
         rec.setdefault("tokens_per_gpu_per_sec", v)
-    elif kind == "smp":
-        rec.setdefault("samples_per_sec", v)
+    elif kind == "smp":  # (per device: a column of the DataFrame only, as the Trainer's epoch)
+        rec.setdefault("samples_per_gpu_per_sec" if per_device else "samples_per_sec", v)
     elif kind == "ups":
         if v > 0:  # 0: nothing measured yet
             rec.setdefault("elapsed_ms", 1000.0 / v)

@@ -4,7 +4,9 @@
 ``loss`` vary: ``grad_norm`` since transformers 4.38, a model's own metrics, ``epoch`` last). Its
 loss and learning rate are an iteration record's ``lm_loss`` and ``lr``; axolotl's
 ``'memory/max_mem_allocated(gib)'`` and ``'memory/device_mem_reserved(gib)'`` a memory row. The
-dict names no step unless a trainer adds ``'step'`` / ``'global_step'``; deepspeed.Steps numbers the others.
+dict names no step unless a trainer adds ``'step'`` / ``'global_step'``, or the step with the steps
+planned as a quoted fraction (ms-swift's ``'global_step/max_steps': '295/4491'``); deepspeed.Steps
+numbers the others.
 The ``eval_loss`` and ``train_runtime`` dicts (evaluation, the closing summary) are no training
 step, and neither is the progress bar (``37/1200 [01:02<32:10, 1.66s/it]``): its count can
 run ahead of the logged steps and its rate is smoothed over the bar's own window.
@@ -21,6 +23,8 @@ _NUM = r"['\"]?(-?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-
 _KEYS = {"loss": "lm_loss", "learning_rate": "lr", "grad_norm": "grad_norm", "epoch": "epoch",
          "step": "iteration", "global_step": "iteration"}
 _FIELD = re.compile(r"(['\"])(loss|learning_rate|grad_norm|epoch|step|global_step)\1: " + _NUM + r"[,}]")
+# a counter and its total under one key, the value ``'N/M'`` (ms-swift's ``'global_step/max_steps'``)
+_FRACTION = re.compile(r"(['\"])(?:global_)?step/(?:max|total)_steps\1: (['\"])(\d{1,12})/(\d{1,12})\2[,}]")
 # axolotl's memory keys (GiB): 'memory/max_mem_allocated(gib)': 25.45, ...
 _MEM_FIELD = re.compile(r"(['\"])memory/(max_mem_allocated|device_mem_reserved)\(gib\)\1: " + _NUM + r"[,}]")
 _MEM_KEYS = {"max_mem_allocated": "max_allocated_mb", "device_mem_reserved": "reserved_mb"}
@@ -54,6 +58,9 @@ def parse_trainer_dict(text: str) -> dict[str, Any] | None:
             rec[key] = None if v is None or v != v or v in (float("inf"), float("-inf")) else v
     if "lm_loss" not in rec:  # e.g. the line was cut inside the loss's number
         return None
+    f = _FRACTION.search(body) if "_steps" in body else None
+    if f is not None:
+        rec["iteration"], rec["train_iters"] = int(f.group(3)), int(f.group(4))
     if "memory/" in body:
         for f in _MEM_FIELD.finditer(body):
             v = _value(f.group(3))

@@ -8,8 +8,12 @@ terminal's wrap cut inside its last field, joined as printed; a JSON object open
 (after a bar), held until its braces close; a step counter's line with no metric, continued by lines
 indented to the message's column that hold ``name=value`` pairs (a console logger's wrap: rich's,
 ColossalAI's ``... Global_Step: 1, Loss: distogram=4.159 ...`` / ``                             ...
-loss=162.822 ...``). A legend of the metrics' units (``(measured in ms)``) is kept for the names
-printed without one.
+loss=162.822 ...``); a step counter alone on its line (after the epoch it is in) and the next line of
+its process that names metrics and no counter (a loop printing its step, then its loss: ``Epoch 0/100,
+Batch 16/29316`` / ``Total loss is  236.61 ETA is  7:57:00``; where every process prints both, another
+process's lines between them are passed over; the log's last counter is a record as far as it goes
+where the log showed the pair before). A legend of the metrics' units (``(measured in ms)``) is kept
+for the names printed without one.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ _NUM = generic.NUM
 # by lines of such pairs (fairseq's records)
 _HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iteration)\s{0,2}[=:]?\s{0,4}"
                    r"\d{1,12}(?:/\d{1,12})?\]?:?\s{0,8}")
-_INDENTED = re.compile(r"\s{1,16}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM + r"\s{0,8}[A-Za-z%]{0,4}$")
+# (a field may wear a bullet, ``| > loss_disc: 5.96543  (5.96543)``: Coqui's trainer, with the running
+# average after it in parentheses)
+_INDENTED = re.compile(r"\s{1,16}(?:[|>*•-]\s{0,2}){0,3}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM
+                       + r"\s{0,8}[A-Za-z%]{0,4}(?:\s{0,8}\(" + _NUM + r"\))?\s{0,4}$")
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
 # a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
 # rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
@@ -38,6 +45,13 @@ _REST = re.compile(r"\s?[\w/-]{0,40}\s{0,2}[:=]\s{0,8}" + _NUM)
 # column (rich's handler: ColossalAI's ``Training, Epoch: 0, Step: 1, Global_Step: 1, Loss:
 # distogram=4.159 ... fape=1.682`` / ``                             lddt=3.912 ... loss=162.822 ...``)
 _INDENT = re.compile(r" {12,}[A-Za-z_][\w/.-]{0,60}\s{0,2}[=:]\s{0,4}[-+]?\d")
+# a step counter alone on its line, after the epoch it is in (``Epoch 0/100, Batch 16/29316``)
+_ALONE = re.compile(r"\s{0,8}(?:(?i:epoch)\s{0,2}[:=]?\s{0,2}\d{1,9}(?:\s{0,2}/\s{0,2}\d{1,9})?[,|]?\s{1,4})?"
+                    r"(?i:batch|step|iter|iteration)\s{0,2}[:=#]?\s{0,4}\d{1,12}(?:\s{0,2}/\s{0,2}\d{1,12})?\s{0,8}")
+_PAIRED = 8  # the metrics' line comes within this many lines of its counter's
+# a step and one value, nothing else, behind a logger's prefix: ColBERT's ``print_message(batch_idx,
+# avg_loss)``, ``[Mar 29, 16:21:59] 0 6.256948947906494`` (its value a running mean: no column)
+_BARE = re.compile(r"(\d{1,12}) [-+]?\d{1,12}\.\d{1,20}(?:[eE][-+]?\d{1,3})?\s{0,4}")
 # a legend of the metrics a loop prints, a row per name, with its unit: ``│ dt │ Elapsed time per
 # training step (measured in **ms**) │`` (WordPlay's, ezpz's)
 _LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
@@ -58,14 +72,20 @@ class Records(list):
         self.epoch0 = False  # the log's epochs count from 0
         self.depth = 0  # held: a JSON object printed over lines (InstructLab's), its braces still open
         self.indent = False  # held: a counter's line with no metric, its record maybe on indented lines
+        self.alone = False  # held: a step counter alone on its line, its metrics on its process's next line
+        self.paired = False  # the log printed a counter alone, then its metrics
 
     def close(self, cut: bool = False) -> None:
         """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
         step, whatever its lines hold)."""
         text, self.held, self.cut, self.depth = self.held, None, False, 0
         indent, self.indent = self.indent, False
+        alone, self.alone = self.alone, False
         rec = generic.parse(text, self) if text is not None else None
-        if rec is None and cut and text is not None and not self.wrap and not indent:
+        if alone and rec is not None:
+            self.paired = True
+        if rec is None and cut and text is not None and not self.wrap and not indent \
+                and (self.paired or not alone):
             m = generic.counter(text)
             rec = {"iteration": int(m.group(1))} if m else None
             if m and m.group(2):
@@ -73,6 +93,14 @@ class Records(list):
         if rec is not None:
             rec["_rank"] = self.rank
             self.append(rec)
+
+
+def _counters_only(text: str) -> bool:
+    """A header of step counters and nothing else but marks (Coqui's ``--> STEP: 0/406 --
+    GLOBAL_STEP: 0``): its record's fields follow on indented lines."""
+    if not text[-1:].isdigit() or len(text) > 200 or generic.counter(text) is None:
+        return False
+    return not any(c.isalnum() for c in generic.without_counters(text))
 
 
 def offer(col: Any, line: Any) -> None:
@@ -86,6 +114,15 @@ def offer(col: Any, line: Any) -> None:
         if recs.depth <= 0 or len(recs.held) > 16000:
             recs.close()
         return
+    if recs.held is not None and recs.alone:  # a step counter alone: its metrics on its process's next line
+        counted = generic.counter(text) is not None
+        if not counted and line.rank != recs.rank and None not in (line.rank, recs.rank):
+            return  # another process's line: the held counter waits for its own
+        if not counted and line.lineno <= recs.last + _PAIRED and generic.may_be_record(text):
+            recs.held += ", " + text.strip()
+            recs.close()
+            return
+        recs.close()
     if recs.held is not None and recs.indent:  # a record wrapped onto lines indented to its column
         if line.lineno <= recs.last + 1 and _INDENT.match(text) and len(recs.held) < 8000 \
                 and not generic.counter(text):
@@ -119,16 +156,23 @@ def offer(col: Any, line: Any) -> None:
         recs.held, recs.depth, recs.rank, recs.last = text.rstrip(), 1, line.rank, line.lineno
         return
     wrapped = end == "," and _WRAPPED.search(text) is not None
-    if wrapped or end in (":", "]") and _HEAD.fullmatch(text):  # a record over several lines
+    if wrapped or end in (":", "]") and _HEAD.fullmatch(text) or _counters_only(text):  # over lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
         return
     if (end.isalpha() or end == "_") and _CUT.search(text) and generic.counter(text):  # cut inside a field
         recs.held, recs.cut, recs.rank, recs.last = text.rstrip(), True, line.rank, line.lineno
         return
+    if end.isdigit() and _ALONE.fullmatch(text):
+        recs.held, recs.alone, recs.rank, recs.last = text, True, line.rank, line.lineno
+        return
     if "easured in" in text:
         legend = _LEGEND.search(text)
         if legend:
             recs.units[legend.group(1).lower()] = legend.group(2)
+    bare = _BARE.fullmatch(text) if end.isdigit() and line.width > len(text) else None
+    if bare is not None:  # a step and one value behind a logger's prefix, nothing else
+        recs.append({"iteration": int(bare.group(1)), "_rank": line.rank})
+        return
     rec = generic.parse(text, recs)
     if rec is not None:
         rec["_rank"] = line.rank
@@ -137,10 +181,18 @@ def offer(col: Any, line: Any) -> None:
         recs.held, recs.indent, recs.rank, recs.last = text, True, line.rank, line.lineno
 
 
+def _may_end_alone(raw: str | bytes) -> bool:
+    """A cheap test on a raw line ending in a digit: may it end in _ALONE's counter or _BARE's pair?"""
+    words = (raw[-100:].decode("latin-1") if isinstance(raw, bytes) else raw[-100:]).split()[-2:]
+    return len(words) == 2 and (words[0].isdigit() and "." in words[1] or "/" in words[1]
+                                or words[0].lower().rstrip(":=#") in ("batch", "step", "iter", "iteration"))
+
+
 def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
     """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
     part of a record over several lines)."""
     end = raw.rstrip()[-1:]
-    if generic.may_be_record(raw) or col.generic.held is not None or end in (b":", b"]", b"{", ":", "]", "{"):
+    if generic.may_be_record(raw) or col.generic.held is not None \
+            or end in (b":", b"]", b"{", ":", "]", "{") or end.isdigit() and _may_end_alone(raw):
         for line in split_glued(clean(raw, lineno)):
             offer(col, line)

@@ -184,7 +184,10 @@ def kept(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     they report epochs, not steps (a fraction, ``"epoch": 0.0019``, is a step's progress through
     its epoch: LLaMA-Factory's trainer_log.jsonl). Where a line's ``name: value`` record and an
     object name the same step, the line's values win: the object is the step's copy for a logger
-    (MLPerf's ``:::MLLOG`` ``tracked_stats``, whose values are the run's averages)."""
+    (MLPerf's ``:::MLLOG`` ``tracked_stats``, whose values are the run's averages). Copies of one
+    step printed one right after another (every process prints its own, each its local loss:
+    ``Train Epoch: 1 [0/15018 (0%)]\tloss=7.0561`` then ``... loss=7.1878``) are one record, the first
+    copy's values."""
     events = [r for r in recs if r["iteration"] is None]  # events that print no counter: the
     if len(events) < len(recs):  # steps in the order logged, where no record of the log has one
         recs = [r for r in recs if r["iteration"] is not None]  # (else a logger's copies of them)
@@ -202,4 +205,10 @@ def kept(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in own or ():  # (records of one step merge: the last value wins)
             if key != "iteration" and not key.startswith("_"):
                 r.pop(key, None)
-    return out
+    steps: list[dict[str, Any]] = []
+    for r in out:
+        if steps and steps[-1]["iteration"] == r["iteration"]:
+            steps[-1].update({k: v for k, v in r.items() if k not in steps[-1]})
+        else:
+            steps.append(r)
+    return steps

@@ -78,3 +78,17 @@ def test_a_counter_then_a_throughput_per_gpu_is_a_step() -> None:
     assert p.iterations["samples_per_gpu_per_sec"].tolist() == [126.5, 128.6, 125.1]
     assert p.iterations["samples_per_sec"].isna().all()  # per GPU, not the job's
 
+
+def test_a_step_and_one_value_behind_a_stamp_are_a_step() -> None:
+    # ColBERT's print_message(batch_idx, avg_loss) (heldout4f/, bclavie/ColBERT train.out): the value
+    # is its running mean, no column; the score lines around it are no steps
+    lines = ["\t\t\t\t 0.5405381917953491 5.7164106369018555",
+             "#>>>    5.09 5.08 \t\t|\t\t 0.009999999999999787",
+             "[Mar 29, 16:21:59] 0 6.256948947906494",
+             "True",
+             "\t\t\t\t 0.5518649220466614 5.935708999633789",
+             "#>>>    5.16 5.35 \t\t|\t\t -0.1899999999999995",
+             "[Mar 29, 16:22:00] 1 6.257179573059082",
+             "True"]
+    its = parse_lines(lines).iterations
+    assert its["iteration"].tolist() == [0, 1] and its["lm_loss"].isna().all()

@@ -19,7 +19,8 @@ process printed, plus the rank the wrapper told us about:
                           ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
                           `` - root - INFO - ``, ``[INFO] 2021-09-13 22:18:26,678 api: ``,
                           ``submitit WARNING (2021-03-15 17:50:23,701) - ``, vLLM's month-day
-                          ``ERROR 04-07 00:57:46 ray_utils.py:45] ``, glog and absl
+                          ``ERROR 04-07 00:57:46 ray_utils.py:45] ``, a month's name and day
+                          (ColBERT's ``[Mar 29, 16:21:59] ``), glog and absl
                           (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``,
                           DINOv2's ``I20250104 12:12:42 90 dinov2 helpers.py:102] ``), a Markdown
                           inline code's opening backtick,
@@ -80,6 +81,7 @@ _PREFIX = re.compile(
     r"(?::\d{1,9}:\d{1,9} |: )"
     r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "   # a time of day (vLLM's: 04-07 00:57:46)
+    r"|\[(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d\] "  # ColBERT's
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
     r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
     r"|`(?=[^`\s])"                                                   # a Markdown inline code's backtick

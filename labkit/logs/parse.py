@@ -158,7 +158,10 @@ class _Collector:
             return
         self._safe(line)
 
-    def _add_iteration(self, rec: dict[str, Any]) -> None:
+    def _add_iteration(self, rec: dict[str, Any], rank: int | None = None) -> None:
+        """A step record (its memory field, ``_memory``: (column, MiB), a memory row of ``rank``)."""
+        if (mem := rec.pop("_memory", None)) is not None:
+            self.memory.append({"rank": rank, "iteration": rec["iteration"], mem[0]: mem[1]})
         if ("_bar" in rec or "_exact" in rec) and loops.redrawn(self, rec):
             return
         if (rec.get("mfu") or 0) < 0:  # a placeholder before the loop measured one (nanoGPT's and
@@ -226,19 +229,12 @@ class _Collector:
             if self.first_error is None:
                 self.first_error = f"line {line.lineno}: {type(e).__name__}: {e}"
 
-    def _with_memory(self, rec: dict[str, Any], line: Line) -> dict[str, Any]:
-        """A step record's memory field (``_memory``: (column, MiB)) as a memory row of its rank."""
-        mem = rec.pop("_memory", None)
-        if mem is not None:
-            self.memory.append({"rank": line.rank, "iteration": rec["iteration"], mem[0]: mem[1]})
-        return rec
-
     def _records(self, line: Line) -> bool:
         """Offer the line to the record parsers; True if it was a training record."""
         text = line.text
         rec = megatron.parse_iteration(text)
         if rec is not None:
-            self._add_iteration(self._with_memory(rec, line))
+            self._add_iteration(rec, line.rank)
             return True
         for parse, sink in ((megatron.parse_memory, self.memory),
                             (megatron.parse_validation, self.validation),
@@ -253,7 +249,7 @@ class _Collector:
             rec = loops.parse_step_line(text)
             if rec is not None:
                 self.loop_iters += loops.has_no_trigger(text)
-                self._add_iteration(self._with_memory(rec, line))
+                self._add_iteration(rec, line.rank)
                 return "%|" not in text  # a message glued to a progress bar is read too
         ch = nccl.parse_channel(text)
         if ch is not None:
@@ -265,9 +261,7 @@ class _Collector:
             return False
         ds = self.steps.parse(line)
         if ds is not None:
-            mem = deepspeed.take_memory(ds, line.rank)
-            if mem is not None:
-                self.memory.append(mem)
+            self.memory += [m for m in [deepspeed.take_memory(ds, line.rank)] if m]
             ds.pop("rank", None)
             if "skipped" in ds and self.seen.scale is not None:  # a DeepSpeed step= line
                 ds.setdefault("loss_scale", self.seen.scale)
@@ -299,8 +293,7 @@ class _Collector:
         self.pending.clear()
         self.scanner.close()  # a traceback the file ends inside
         self.blocks.close(self)
-        self.memory += self.steps.memory
-        self.steps.memory = []
+        self.memory, self.steps.memory = self.memory + self.steps.memory, []
         for rec in self.steps.numbered_in_order():
             self.memory += [m for m in [deepspeed.take_memory(rec, None)] if m]
             self._add_iteration(rec)

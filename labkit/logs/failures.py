@@ -21,7 +21,7 @@ from labkit.logs import c10d, launchers
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
-from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, SHM, SHM_CALL, SLURM_OOM, oom_key
+from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, RAY_OOM, SHM, SHM_CALL, SLURM_OOM, oom_key
 
 KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
          "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
@@ -56,12 +56,17 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        # to get CUDA IPC handle to device 1 : ...``, ``cudaIpcGetMemHandle failed : ...``,
                        # ``failed to peer with device 1: 217 ...``, NVLS's ``CUDA error 801 '...'``
                        r"|(?P<ipc>failed to (?:open|get) CUDA IPC handle[^\n]{0,200}|cudaIpc\w{1,40} failed"
-                       r"[^\n]{0,200}|failed to peer with device \S{1,40}: \d{1,4} [^\n]{1,200}"
-                       r"|CUDA error \d{1,4} '[^'\n]{1,200}')"
+                       r"[^\n]{0,200}|failed to peer with device \S{1,40}: \d{1,4} [^\n]{1,200})"
+                       # a CUDA call's error string quoted after its code or the source's place: NVLS's
+                       # ``CUDA error 801 '...'``, DeepEP's EPException ``Failed: CUDA error
+                       # /workspace/DeepEP/csrc/deep_ep.cpp:83 'unspecified launch failure'`` (``HIP error``
+                       # on ROCm)
+                       r"|(?:CUDA|HIP) error (?:\d{1,4}|\S{1,300}:\d{1,6}) '(?P<quoted>[^'\n]{1,200})'"
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
                        r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})")
+_RANK_NAMED = re.compile(r"\brank:? (\d{1,7})\s{0,4}$")  # a CUDA error's message naming its rank at the end
 # Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
 # page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
 # driver lost (fallen off the bus)
@@ -132,6 +137,9 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             msg = "CPU allocator cap exceeded: " + _short(text) if cap else _short(text)
             return Failure(kind, r, None, msg, HINTS["cpu_alloc" if cap else "gpu_oom"],
                            key=oom_key(text))  # the key of torch's own error that follows: one event
+        if "killed due to" in text and RAY_OOM.search(text):  # before GPU_OOM: Ray's OutOfMemoryError
+            return Failure("host_oom", rank, None, "Ray's memory monitor killed a worker: " + _short(text),
+                           HINTS["host_oom"], key="ray-oom")
         if GPU_OOM.search(text):
             return Failure("gpu_oom", rank, None, _short(text), HINTS["gpu_oom"], key=oom_key(text))
         if CPU_OOM.search(text):
@@ -148,7 +156,8 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
     if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
-            or "off the bus" in text or "CUDNN_STATUS" in text or "to peer with" in text:
+            or "HIP error" in text or "off the bus" in text or "CUDNN_STATUS" in text \
+            or "to peer with" in text:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
@@ -161,7 +170,9 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
                 return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
                                + _short(text), HINTS["gpu_lost"], key="cuda:bus")
             what = (m.group("msg") or m.group("fail") or m.group("nccl") or m.group("dnn") or m.group("ipc")
-                    or "")
+                    or m.group("quoted") or "")
+            named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
+            rank = int(named.group(1)) if named else rank
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
                            key=f"cuda:{'ecc' if ecc else what[:40]}")
     if "***" in text and "CANCELLED" in text:
@@ -216,6 +227,18 @@ def exception_failure(message: str, rank: int | None, line: int | None) -> Failu
     hint = HINTS["comm_exception" if comm else "python_exception"]
     return Failure("python_exception", rank, line, msg, hint, evidence="comm" if comm else "log",
                    key=f"exc:{msg[:120]}")
+
+
+_KILLS = ("sigkill", "slurm-oom", "ray-oom")  # host_oom keys of a process killed, not of an error it raised
+_TORCH_DIST = re.compile(r"torch[/\\]distributed[/\\]")
+
+
+def _explains(f: Failure, frame: str) -> bool:
+    """Whether a failure the log states is the one a cut traceback (its last frame) was raised for
+    (FailureScanner.close)."""
+    if f.kind == "nccl_timeout":
+        return _TORCH_DIST.search(frame) is not None
+    return f.kind not in _SCHEDULER and f.key not in _KILLS
 
 
 _TABLE_ENTRY = re.compile(r"^\s{0,4}\[\d{1,6}\]:\s*$")  # a rank's entry in the ChildFailedError table
@@ -292,14 +315,15 @@ class FailureScanner:
                 f.kind, f.hint, f.message = "preempted", HINTS["preempted"], f.message + " (preempted)"
             f = self.add(f)
         self._prev = line
-        if any(w in text for w in launchers.WORDS):
-            self._worker_failed(line, text)
+        said = any(w in text for w in launchers.WORDS) and self._worker_failed(line, text)
         self._child_table(line, text, prev)
-        self._traceback(line, text, f)
+        self._traceback(line, text, f is not None or said)
 
-    def _worker_failed(self, line: Line, text: str) -> None:
-        for kind, rank, msg, hint, evidence, key in launchers.worker_failed(text):
+    def _worker_failed(self, line: Line, text: str) -> bool:
+        reports = launchers.worker_failed(text)
+        for kind, rank, msg, hint, evidence, key in reports:
             self.add(Failure(kind, rank, line.lineno, msg, HINTS[hint], evidence=evidence, key=key))
+        return bool(reports)
 
     def _child_table(self, line: Line, text: str, prev: Line | None = None) -> None:
         if "ChildFailedError" in text and "raise " not in text and "import" not in text:
@@ -349,21 +373,24 @@ class FailureScanner:
         elif name == "traceback" and "Signal" in value:
             c.message += f" ({value})"
 
-    def _traceback(self, line: Line, text: str, matched: Failure | None) -> None:
+    def _traceback(self, line: Line, text: str, matched: bool) -> None:
         exc = self._tb.feed(line)
-        if exc is not None and matched is None and "ChildFailedError" not in text:
+        if exc is not None and not matched and "ChildFailedError" not in text:
             self.add(exception_failure(exc, line.rank, line.lineno))  # no specific rule explains it
 
     def close(self) -> None:
         """The end of the log: a traceback still open was cut before its exception line, which the
-        log does not show. Where the log reports a process's failure elsewhere (an exception, a CUDA
-        error, an OOM, a launcher's failed worker), the cut traceback is taken for that failure's
-        (ranks and launchers print one failure more than once); alone, it is an exception of its
-        own (its last frame is told), ranked after what the log states (a scheduler's end)."""
-        cut = self._tb.cut()
-        if any(f.kind not in _SCHEDULER for f in self.failures):
-            cut = []
-        for rank, start, frame in cut:
+        log does not show. Where the log reports a process's failure elsewhere that a traceback ends
+        in (an exception, a CUDA error, an OOM error, a launcher's failed worker), the cut traceback
+        is taken for that failure's (ranks and launchers print one failure more than once); so is
+        one whose last frame is a torch.distributed call, where a collective timed out (the
+        watchdog's line is that call's failure). A process something killed (SIGKILL, an OOM
+        killer) or a watchdog reported prints no traceback of that failure: beside those, and alone,
+        the cut traceback is an exception of its own (its last frame is told), ranked after what
+        the log states (a scheduler's end)."""
+        for rank, start, frame in self._tb.cut():
+            if any(_explains(f, frame or "") for f in self.failures):
+                continue
             msg = "a traceback the log cuts before its exception line" + (f" (last frame: {frame})"
                                                                            if frame else "")
             self.add(Failure("python_exception", rank, start, _short(msg), HINTS["python_exception"],

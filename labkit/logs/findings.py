@@ -32,7 +32,8 @@ A run that states its own end did not hang, whatever else its log lacks: MLPerf'
 A log with no iteration that ends so is said to have ended (``run_ended``), not to have stopped or hung.
 
 Each is a skipped step and the scale after it (DeepSpeed's next ``step=`` record takes it as its
-``loss_scale``; the finding counts the skipped steps, per process, and names the scale; where a log
+``loss_scale``; the finding counts the skipped steps, per process (a line naming none that repeats the
+last one's fall of the scale is another process's), and names the scale; where a log
 prints ``Skipping step`` lines, those count the steps, and a scale line beside them is the same
 step's); a scale that falls to 1 or its minimum is a finding (the loss diverged or the gradients
 hold inf/nan).
@@ -129,6 +130,8 @@ class Seen:
         self._start_line = 0
         self._scales: set[tuple[int, str]] = set()  # the scale lines counted (a line read twice counts once)
         self.ended: tuple[int, str] | None = None  # (line, status) of the run's own end (run_stop)
+        self._fall: tuple | None = None  # the last fall of the scale a line naming no process told
+        self._copies = 0  # the lines that told it again since
 
     def mark(self, tool: str, lineno: int) -> None:
         self.tools.setdefault(tool, lineno)
@@ -191,7 +194,12 @@ class Seen:
         if after is None:
             return
         r = _DS_RANK.search(text)
-        src = (int(r.group(1)) if r else line.rank, line.host)
+        src: tuple = (int(r.group(1)) if r else line.rank, line.host)
+        if src[0] is None and before is not None and after < before:
+            # one process's scale falls at each change, so the same fall again, from a line naming no
+            # process, is the next process's copy of it (DeepSpeed 0.3's ZeRO-1 logs it on every rank)
+            self._copies = self._copies + 1 if (before, after, line.host) == self._fall else 0
+            self._fall, src = (before, after, line.host), (*src, self._copies)
         count = self.overflows if "kipping step" in text else self.reductions
         count[src] = count.get(src, 0) + 1
         if self.scale_start is None or line.lineno < self._start_line:  # in the log's order, though

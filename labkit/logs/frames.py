@@ -80,9 +80,10 @@ _RANK_STATEMENTS = (
      r" (?:over|across) (\d{1,7}) (?:GPUs|devices|ranks|processes)\b", 1),
     # a key that counts the job's processes, in a config print, a table row or an event: accelerate's
     # state ``Num processes: 8`` (its config's ``num_processes: 8``), llm.c's ``| num_processes | 1 |``,
-    # ColBERT's ``nranks = 2``, MLPerf's ``"key": "number_of_ranks", "value": 2080`` (NCCL's ``comm ...
-    # rank 0 nranks 8`` and its collective trace's ``[nranks=2]`` are one communicator's size: no statement)
-    (r"(?<![\w\[-])(?i:num[_ ]processes|number_of_ranks|num_ranks|nranks)[\"']?"
+    # ColBERT's ``nranks = 2``, MLPerf's ``"key": "number_of_ranks", "value": 2080``, DeepBench's header
+    # `` Num Ranks: 2`` (NCCL's ``comm ... rank 0 nranks 8`` and its collective trace's ``[nranks=2]`` are
+    # one communicator's size: no statement)
+    (r"(?<![\w\[-])(?i:num[_ ]processes|number_of_ranks|num[_ ]ranks|nranks)[\"']?"
      r"(?:[ \t]{0,40}[=:|][ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
     # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
@@ -93,10 +94,13 @@ _RANK_STATEMENTS = (
     # benchmarks' ``Number of GPUs: 1`` (hvd.size()); not a count per node
     (r"\b[Uu]sing (\d{1,7}) GPUs\b(?! per)", 1),
     (r"\bNumber of GPUs: (\d{1,7})\b", 1),
+    # a script's count of its workers: ``DDP: I am worker 2 of 8. My local rank is 2`` (a rank "of N",
+    # ``Hi from rank 0 of 2``, states a rank, as ``Rank 3/8``: no statement)
+    (r"\b[Ww]orker \d{1,7} of (\d{1,7})\b", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocesses", "total ")
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocesses", "total ", "orker ")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,
@@ -176,9 +180,32 @@ class _Serving:
         return self.depth is not None
 
 
+# NCCL's RAS client (``ncclras``, 2.24 on) opens its report with a job summary, columns right-aligned
+# under two header lines::
+#
+#       Nodes  Processes         GPUs  Processes     GPUs
+#     (total)   per node  per process    (total)  (total)
+#          32          8            1        256      256
+#
+# (where nodes differ: ``  Nodes  Processes         GPUs`` over ``(total)    (total)      (total)``):
+# the value under ``Processes`` ``(total)`` counts the job's processes, its world size
+_TOTAL = "(total)"
+
+
+def _ras_processes(names: str, units: str, values: str) -> int | None:
+    """The processes in total a RAS job summary's three lines state (_TOTAL), else None."""
+    for m in re.finditer(re.escape(_TOTAL), units):
+        end = m.end()
+        v = re.search(r"(?<!\S)(\d{1,7})$", values[:end])
+        if names[:end].endswith("Processes") and v and values[end:end + 1] in ("", " "):
+            return int(v.group(1))
+    return None
+
+
 # every word launcher_flags looks for before its patterns: the flags', the world's, the rank
-# statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``)
-_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", *_RANK_WORDS)
+# statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``), the RAS summary's units
+# (its line of values, the next one, is read with it)
+_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", _TOTAL, *_RANK_WORDS)
 _ENGINE_WORDS = ("rollout", "inference", "vllm", "sglang")  # _SERVING's sections
 
 
@@ -190,12 +217,18 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     dp=D`` statement."""
     out: dict[str, int] = {}
     serving = _Serving()
+    last = ["", ""]  # the two lines read before this one (a RAS summary's headers)
     for raw in _worded(_head(lines, limit)):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if ("rollout" in text or "inference" in text or "vllm" in text or "sglang" in text
                 or serving.depth is not None) and serving.inside(text):
             continue
         _read_flags(text, out)
+        if _TOTAL in last[1] and "world_size" not in out:
+            ws = _ras_processes(last[0].rstrip(), last[1].rstrip(), text.rstrip())
+            if ws is not None:
+                out["world_size"] = ws
+        last = [last[1], text]
     return out
 
 
@@ -236,7 +269,9 @@ def _worded(head: list) -> list:
     for n, line in enumerate(head):
         offsets[pos] = n
         pos += len(line) + 1
-    return [head[offsets[s]] for s in sorted(starts) if s in offsets]
+    picked = {offsets[s] for s in starts if s in offsets}
+    picked |= {n + 1 for n in picked if n + 1 < len(head) and enc(_TOTAL) in head[n]}  # RAS's values
+    return [head[n] for n in sorted(picked)]
 
 
 def _read_flags(text: str, out: dict[str, int]) -> None:

@@ -9,7 +9,19 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
 - Open MPI's (Horovod, nccl-tests, Megatron under mpirun; help-orterun.txt, prterun is Open MPI 5's):
   ``mpirun noticed that process rank 7 with PID 0 on node HOSTNAME exited on signal 9 (Killed).``
   (an MPI rank: the job's), and without a rank ``Primary job  terminated normally, but 1 process
-  returned`` / ``mpirun detected that one or more processes exited with non-zero status``.
+  returned`` / ``mpirun detected that one or more processes exited with non-zero status``;
+- MPICH's hydra (``mpiexec``; Intel MPI's is hydra too): a banner ``=   BAD TERMINATION OF ONE OF YOUR
+  APPLICATION PROCESSES`` (``=   EXIT CODE: 9`` in it: a signal's number or an exit code, so not read),
+  then, for a process a signal ended, ``YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed
+  (signal 9)`` (no rank);
+- HPE's PALS (``mpiexec`` on Cray EX: Polaris, Aurora), behind the host: ``x3200c0s7b0n0: rank 2 died
+  from signal 6 and dumped core``, ``rank 0 exited with code 134`` (an MPI rank; ``rank 1 died from
+  signal 15`` is a rank PALS itself stopped once another failed);
+- the pre-elastic ``torch.distributed.launch`` (torch <= 1.8; DeepSpeed's early launcher), whose own
+  traceback ends ``subprocess.CalledProcessError: Command '[..., '--local_rank=0']' returned non-zero
+  exit status 1.`` (Python's words: ``died with <Signals.SIGKILL: 9>.`` for a signal): a worker's
+  command, as the launcher passes each worker its ``--local_rank``; a command without one is any
+  subprocess, no launcher's report.
 
 Each is a ``child_failed``; a worker killed by SIGKILL (exit -9 or 137, signal 9) is also the
 SIGKILL guess ``host_oom`` (evidence "signal"), which ranking.py drops where a scheduler explains it.
@@ -19,7 +31,8 @@ from __future__ import annotations
 
 import re
 
-WORDS = ("exitcode", "exits with return code", "noticed that", "terminated normally", "non-zero status")
+WORDS = ("exitcode", "exits with return code", "noticed that", "terminated normally", "non-zero status",
+         "BAD TERMINATION", "EXIT STRING", "died from signal", "exited with code", "CalledProcessError")
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
@@ -27,6 +40,11 @@ _MPI_SIGNAL = re.compile(r"(?:mpirun|orterun|prterun|mpiexec)(?:\.real)? noticed
                          r"with PID \d{1,12} on node \S{0,255} ?exited on signal (\d{1,3})")
 _MPI_EXIT = ("job  terminated normally, but", "job terminated normally, but",
              "processes exited with non-zero")
+
+_HYDRA_SIGNAL = re.compile(r"EXIT STRING: .{0,80}\(signal (\d{1,3})\)")
+_PALS = re.compile(r"^rank (\d{1,7}) (?:exited with code (\d{1,4})|died from signal (\d{1,3}))")
+_CALLED = re.compile(r"CalledProcessError: Command '(.{0,20000}?)' (?:returned non-zero exit status "
+                     r"(-?\d{1,4})|died with <Signals\.\w{1,12}: (\d{1,3})>)")
 
 Report = tuple[str, "int | None", str, str, str, str]
 """(kind, rank, message, hint name, evidence, merge key): failures.py makes it a Failure."""
@@ -37,8 +55,38 @@ def _sigkill(rank: int | None, what: str) -> Report:
             f"({what})", "sigkill", "signal", "sigkill")
 
 
+_SIGKILL_HOW = ("signal 9", "exit code 137", "exit status -9", "exit status 137")
+
+
+def _child(rank: int | None, who: str, how: str) -> list[Report]:
+    out = [("child_failed", rank, f"{who}: {how}", "child_failed", "log", "child")]
+    return out + ([_sigkill(rank, how)] if how in _SIGKILL_HOW else [])
+
+
+def _other_launchers(text: str) -> list[Report]:
+    """hydra's, PALS's and torch.distributed.launch's reports (module docstring), else []."""
+    if "BAD TERMINATION" in text or "EXIT STRING" in text:
+        m = _HYDRA_SIGNAL.search(text)
+        return _child(None, "mpiexec (hydra): a process ended", f"signal {m.group(1)}" if m else "badly")
+    m = _PALS.match(text) if "rank" in text else None
+    if m is not None:
+        code, sig = m.group(2), m.group(3)
+        if code == "0" or sig == "15":  # SIGTERM: the launcher stopping the others once one failed
+            return []
+        how = f"signal {sig}" if sig else f"exit code {code}"
+        return _child(int(m.group(1)), f"PALS: rank {m.group(1)} ended", how)
+    m = _CALLED.search(text) if "CalledProcessError" in text else None
+    if m is None or "local_rank" not in m.group(1) and "local-rank" not in m.group(1):
+        return []
+    how = f"signal {m.group(3)}" if m.group(3) else f"exit status {m.group(2)}"
+    return _child(None, "torch.distributed.launch: a worker failed", how)
+
+
 def worker_failed(text: str) -> list[Report]:
     """The failed worker a launcher's line reports (module docstring), else []."""
+    other = _other_launchers(text)
+    if other:
+        return other
     if "noticed that" in text or any(w in text for w in _MPI_EXIT):
         m = _MPI_SIGNAL.search(text)
         if m is None:

@@ -28,6 +28,12 @@ CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp
 SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
                        r"|Out of memory: Kill(?:ed)? process")
+# Ray's memory monitor (2.2 on) kills a worker before the kernel would: the raylet's summary ``1 Workers
+# (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons``, the
+# task's error ``ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.``
+# (2.55 on: ``2 worker(s) were killed due to the node running low on memory.``): the host's memory
+RAY_OOM = re.compile(r"\b[1-9]\d{0,6} Workers? \(tasks / actors\) killed due to memory pressure"
+                     r"|killed due to the node running low on memory")
 
 # ENOSPC on shared memory (a tmpfs in RAM: a container's /dev/shm is 64 MB unless docker's
 # --shm-size or --ipc=host raise it) is memory, not a disk: the path names it (``/dev/shm/...``,

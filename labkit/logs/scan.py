@@ -24,13 +24,15 @@ TRIGGERS = ("emory", "world size", "WORLD INFO", "busbw", "nnodes=",
             "number of parameters", "nThread ", "validation loss", "validation results", "test loss",
             "test results", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "nccl-tests", "Kill", "SIGKILL",
-            "CANCELLED", "Node failure", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
-            "cuda", "Xid", "ECC", "exitcode", "parallel_size", "parallel size", "world_size", "seq_length",
+            "CANCELLED", "signal", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
+            "cuda", "Xid", "ECC", "exit", "parallel_size", "parallel size", "world_size", "seq_length",
             "world_info=", "{'loss': ", '{"loss": ', "No space", "ENOSPC", "quota", "corrupt",
             "OVERFLOW", "iteration: ")
-# "emory": Megatron's and torchtitan's "memory", picotron's "Memory" (and "Theoretical memory", "Out Of
-# Memory"); "world_size" covers "dist_world_size"; "OVERFLOW": DeepSpeed's fp16 skipped steps;
-# "iteration: ": nanotron's records; "nccl-tests", "nThread ", "busbw": nccl-tests' header and
+# "exit" and "signal": what launchers say of a worker that ended (launchers.py: torchrun's "exitcode",
+# "exited on signal 9", "died from signal 6", "non-zero exit code"); srun's "error: Node failure on"
+# holds "rror". "emory": Megatron's and torchtitan's "memory", picotron's "Memory" (and "Theoretical
+# memory", "Out Of Memory"); "world_size" covers "dist_world_size"; "OVERFLOW": DeepSpeed's fp16
+# skipped steps; "iteration: ": nanotron's records; "nccl-tests", "nThread ", "busbw": nccl-tests' header and
 # table (nccltests.py). With fastscan.py's counter words these are 64 patterns in an order the
 # Aho-Corasick pass's SIMD prefilter takes well: one more, or one left out, made the pass 1.5-2.5x
 # slower (benchmarks/README.md), so a new word replaces an old one.

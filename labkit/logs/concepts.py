@@ -45,7 +45,7 @@ _PREFIX = re.compile(r"^(?:interval|train|training|num)_(?=[a-z])")
 _RATE = re.compile(r"(?:_per_|/)sec(?:ond)?s?(?=$|/|_)")
 PER_DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|GPU|chip|accelerator)(?![a-zA-Z])")
 _DEVICE = re.compile(r"(?:/|_per_)(?:device|gpu|chip|accelerator)(?=$|/|_)")
-_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20}
+_MIB = {"GiB": 1024.0, "GB": 1e9 / 2**20, "MiB": 1.0, "MB": 1e6 / 2**20, "bytes": 1 / 2**20}
 _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
 # the loss that wins where several are printed (``loss: X, lm_loss: Y``: Y, the loss without
 # auxiliary terms; ``aux_loss: A, total_loss: T``: T)

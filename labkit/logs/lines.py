@@ -102,6 +102,9 @@ _LOGGERS = ("lg1", "lg2", "lg3", "lg4", "lg6", "lg7", "lg8", "lg9", "lg10", "lg1
 # A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
 # message's prefix was glued to it (``...| 26/101 [06:45<17:27, 13.96s/it][trainer0|0]:``).
 _GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
+# Megatron's and DeepSpeed's ``[Rank N] `` right after another message's last character: two ranks
+# wrote into one pipe at once (``... max reserved: 56362.0[Rank 34] (after 1 iterations) memory ...``)
+_GLUED_RANK = re.compile(r"(?<=[\w.)\]])\[Rank \d{1,6}\] ")
 # Open MPI's --tag-output tag; ``mpirun`` tags each piece a process wrote, so a row printed by
 # several writes comes back as one line with the tag repeated inside it (nccl-tests:
 # ``[1,0]<stdout>:   8   2   float   sum   -1[1,0]<stdout>:    85.70    0.00 ...``): the tag of the
@@ -166,6 +169,8 @@ def split_glued(line: Line) -> tuple[Line, ...]:
     m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
     if m is None and "]<std" in text:
         m = _MPI_TAG.search(text, 1)
+    if m is None and "[Rank " in text:
+        m = _GLUED_RANK.search(text, 1)
     if m is None:
         return (line,)
     rest, rank, host = strip_prefixes(text[m.start():])

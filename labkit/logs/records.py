@@ -34,6 +34,7 @@ NAMES = {
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
     "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
     "time_per_step": "s",
+    "batch_cost": "s", "reader_cost": "none",  # PaddlePaddle's suites: seconds a batch, its data's part
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
     "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)

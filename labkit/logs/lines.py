@@ -94,6 +94,7 @@ _PREFIX = re.compile(
     r"|\[(?P<lg7>[A-Za-z][\w.-]{0,39})\] (?=[\[(]?\d{4}[-/]\d\d[-/])"    # a logger's name: [titan] 2025-...
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
+    r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
@@ -144,7 +145,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4", "r5", "r6"):
+        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
             if m.group(g) is not None:
                 rank = int(m.group(g))
                 break

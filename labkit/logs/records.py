@@ -50,6 +50,7 @@ NAMES = {
     "loss_scale": "loss_scale", "scale": "loss_scale",
     "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
     "max_mem": "mem", "peak_mem": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
+    "peak_memory_active": "mem", "peak_memory_alloc": "mem",  # torchtune's (its reserved is no allocation)
 }
 _DECODER = json.JSONDecoder()
 # Python's repr of a float that is no number: no literal, so read as None (no number)

@@ -144,7 +144,8 @@ def _runner_world(text: str) -> dict[str, int] | None:
 class Steps:
     """Numbers the DeepSpeed and Trainer records of one log, never by guess.
 
-    A ``step=N`` line is step N; a timer with ``global_step=N`` too. An old timer's ``E/N`` counts
+    A ``step=N`` line is step N; a timer with ``global_step=N`` too, but after a ``step=M`` line of
+    its process it is step M's (a resumed run's timers count from the resume). An old timer's ``E/N`` counts
     micro steps: it joins step N only right where a ``step=N`` line of the same process said N
     (no gradient accumulation), else it is no record. A Trainer dict naming no step takes the N
     of the ``step=N`` line its process printed just before it (the Trainer logs right after the
@@ -173,6 +174,8 @@ class Steps:
                 if mem is not None:
                     self.memory.append({**mem, "iteration": None})
                 return None
+            if "skipped" not in rec and src in self.last:  # a timer after its process's step=N line: that
+                rec["iteration"] = self.last[src]  # step's (a resumed run's timer counts from its start)
             self.counted = self.counted or rec["iteration"] > 0  # step=0: the engine's build, no step yet
             if "skipped" in rec:
                 self.last[src] = rec["iteration"]

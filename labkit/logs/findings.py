@@ -66,7 +66,8 @@ TOOL_WORDS = (
     ("Slurm", ("slurm", "srun", "salloc", "sbatch", "SLURM", "CANCELLED", "NODE_FAIL")),
     ("CUDA", ("CUDA", "cuda", "Xid", "NVRM", "CUDNN_STATUS")),  # NVRM: the kernel driver's dmesg lines
     ("trainer", ("Lightning", "v_num=", "torchtitan", "nanotron", "picotron", "nanoGPT", "fairseq",
-                 '{"epoch": ', "olmo.train", "orovod", "MaxText", "nanochat", ":::MLLOG")),
+                 '{"epoch": ', "olmo.train", "orovod", "MaxText", "nanochat", ":::MLLOG",
+                 "levanter", "paxml", "t5x", "jax.")),  # JAX's stacks (XLA's own lines name no trainer)
 )
 _TOOLS = re.compile("|".join(f"(?P<{tool}>{'|'.join(re.escape(w) for w in words)})"
                              for tool, words in TOOL_WORDS))

@@ -88,6 +88,9 @@ _RANK_STATEMENTS = (
     # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
     (r"\btraining on (\d{1,7}) (?:devices|GPUs)\b", 1),
+    # torch's c10d before 2.0, every rank at the default group's start: ``Rank 0: Completed store-based
+    # barrier for key:store_based_barrier_key:1 with 32 nodes.`` (its "nodes" are the group's ranks)
+    (r"\bCompleted store-based barrier for key:\S{1,100} with (\d{1,7}) nodes\b", 1),
     (r"\bProcess \d{1,7}, total (\d{1,7})\b", 1),
     # a program's count of the GPUs it runs on: maskrcnn-benchmark's (and its forks') ``Using 8 GPUs``
     # (its WORLD_SIZE), fairseq 0.4's ``| using 3 GPUs (with max tokens per GPU = 2000 ...)``, Horovod's
@@ -140,10 +143,13 @@ _MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d
 _MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1,12})")
 _MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
               "ep": None, "etp": None}
-# a program's own statement of its layout by short names, the world among them: ``[env] world=4 tp=2
-# dp=2 ...``. As a mesh's names, a dimension it does not name is of size 1 where the named ones
-# multiply to the world (else the line is no statement of the layout: nothing read)
-_NAMED_SIZE = re.compile(r"(?<![\w.-])(world|tp|pp|dp|cp)=(\d{1,7})(?![\w./])")
+# a program's own statement of its layout by short names, in either case, ``=`` or ``:``: ``[env]
+# world=4 tp=2 dp=2 ...``, ``Setting DP = 4, TP = 4, CP = 1, PP = 1``, ``TP: 4, PP: 3, CP: 1, DP: 2``.
+# As a mesh's names, a dimension it does not name is of size 1 where the named ones multiply to the
+# world it states; where it states none, DP, TP and PP all named make the world (else the line is no
+# statement of the layout: nothing read). nanotron's logger prefix ``[INFO|DP=0|PP=0|TP=0]`` names the
+# rank's coordinates, not the sizes: a name after ``|`` is none.
+_NAMED_SIZE = re.compile(r"(?i)(?<![\w.|-])(world|tp|pp|dp|cp)\s{0,2}[=:]\s{0,2}(\d{1,7})(?![\w./])")
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 # An inference engine's own parallelism is not the training's layout: verl's config names vLLM's or
 # SGLang's sizes under its ``'rollout': {`` section (a dict printed by pprint, a YAML ``rollout:``), a
@@ -203,9 +209,9 @@ def _ras_processes(names: str, units: str, values: str) -> int | None:
 
 
 # every word launcher_flags looks for before its patterns: the flags', the world's, the rank
-# statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``), the RAS summary's units
-# (its line of values, the next one, is read with it)
-_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", _TOTAL, *_RANK_WORDS)
+# statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``; short names' ``TP``), the RAS
+# summary's units (its line of values, the next one, is read with it)
+_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", "TP", "tp", _TOTAL, *_RANK_WORDS)
 _ENGINE_WORDS = ("rollout", "inference", "vllm", "sglang")  # _SERVING's sections
 
 
@@ -299,7 +305,7 @@ def _read_flags(text: str, out: dict[str, int]) -> None:
         ws = stated_rank_count(text)
         if ws is not None:
             out["world_size"] = ws
-    if "device mesh" in text or "world=" in text:
+    if "device mesh" in text or "world=" in text or "TP" in text or "tp" in text:
         for key, v in (_mesh(text) if "device mesh" in text else _named_sizes(text)).items():
             out.setdefault(key, v)
 
@@ -328,8 +334,13 @@ def _mesh(text: str) -> dict[str, int]:
 
 def _named_sizes(text: str) -> dict[str, int]:
     """The layout a ``world=N tp=T dp=D`` statement gives (_NAMED_SIZE), else empty."""
-    named = {k: int(v) for k, v in _NAMED_SIZE.findall(text)}
+    found = [(k.lower(), int(v)) for k, v in _NAMED_SIZE.findall(text)]
+    named = dict(found)
+    if len(named) < len(found) or 0 in named.values():  # a name twice, a size 0: no statement
+        return {}
     world = named.pop("world", None)
+    if world is None and {"dp", "tp", "pp"} <= set(named):
+        world = named["dp"] * named["tp"] * named["pp"] * named.get("cp", 1)
     if world is None or not named:
         return {}
     out = {"dp": 1, "tp": 1, "pp": 1, "cp": 1} | named

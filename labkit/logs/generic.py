@@ -108,9 +108,11 @@ _SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
 # ``'loss': 78.4`` on a line that is no dict); a value in numpy's repr (verl's ``np.float64(0.65)``)
 _AFTER = re.compile(r"['\"]?\s{0,4}(?:\((?:(ms|s|sec)|[a-zA-Z]{1,4}|(1e-?\d{1,2})"
                     r"|[a-zA-Z]{1,12}(?:/[a-zA-Z]{1,12}){1,3})\)"
-                    r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}(?:np\.(?:float|int)\d{0,2}\()?("
+                    r"\s{0,2})?(?:[:=]|\s(?i:is)\s)?\s{0,4}"
+                    r"(?:np\.(?:float|int)\d{0,2}\(|\{['\"]?[\w.-]{1,40}['\"]?:\s{0,4})?("
                     + NUM + r")\s{0,2}" + _UNIT + r"(?![\w/])")
-# (a number type may stand between: llm.c's ``29.2% bf16 MFU``)
+# (a number type may stand between: llm.c's ``29.2% bf16 MFU``; a value per group, its first group's:
+# InternLM's ``grad_norm={'0_default': 44.67}``)
 _BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT
                      + r"\s{0,2}(?:(?:bf16|fp16|fp8|fp32|tf32)\s{1,2})?$")
 # a data-loading time beside the step's: then a time printed without a unit is in seconds

@@ -99,6 +99,7 @@ _PREFIX = re.compile(
     r"|\[(?P<lg7>[A-Za-z][\w.-]{0,39})\] (?=[\[(]?\d{4}[-/]\d\d[-/])"    # a logger's name: [titan] 2025-...
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
+    r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
@@ -107,6 +108,9 @@ _LOGGERS = ("lg1", "lg2", "lg3", "lg4", "lg6", "lg7", "lg8", "lg9", "lg10", "lg1
 # A TorchX prefix inside a line: a progress bar's redraw ended without a newline, and the next
 # message's prefix was glued to it (``...| 26/101 [06:45<17:27, 13.96s/it][trainer0|0]:``).
 _GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
+# Megatron's and DeepSpeed's ``[Rank N] `` right after another message's last character: two ranks
+# wrote into one pipe at once (``... max reserved: 56362.0[Rank 34] (after 1 iterations) memory ...``)
+_GLUED_RANK = re.compile(r"(?<=[\w.)\]])\[Rank \d{1,6}\] ")
 # Open MPI's --tag-output tag; ``mpirun`` tags each piece a process wrote, so a row printed by
 # several writes comes back as one line with the tag repeated inside it (nccl-tests:
 # ``[1,0]<stdout>:   8   2   float   sum   -1[1,0]<stdout>:    85.70    0.00 ...``): the tag of the
@@ -149,7 +153,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4", "r5", "r6"):
+        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
             if m.group(g) is not None:
                 rank, glob = int(m.group(g)), g == "r2"
                 break
@@ -175,6 +179,8 @@ def split_glued(line: Line) -> tuple[Line, ...]:
     m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
     if m is None and "]<std" in text:
         m = _MPI_TAG.search(text, 1)
+    if m is None and "[Rank " in text:
+        m = _GLUED_RANK.search(text, 1)
     if m is None:
         return (line,)
     rest, rank, host = strip_prefixes(text[m.start():])

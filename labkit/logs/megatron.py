@@ -150,7 +150,7 @@ def parse_iteration(text: str) -> dict[str, Any] | None:
     return _parse_general(text)
 
 
-def _parse_general(text: str) -> dict[str, Any] | None:
+def _parse_general(text: str, shared: bool = True) -> dict[str, Any] | None:
     m = _ITER.search(text)
     if m is None:
         return None
@@ -182,7 +182,7 @@ def _parse_general(text: str) -> dict[str, Any] | None:
             v = _num(value)  # extra losses come and go (load balancing, MTP, z-loss)
             if v is not None:
                 rec[key.replace(" ", "_").replace("-", "_")] = v
-        else:  # a label of no table here (NeMo 2's ``TFLOPS_per_GPU: 48.58``, a fork's ``iteration
+        elif shared:  # a label of no table here (NeMo 2's ``TFLOPS_per_GPU: 48.58``, a fork's ``iteration
             # time: 270.1 s samples/sec: 3.8``): the names every loop shares (concepts.py) read it
             for col, v in generic.metrics(part).items():
                 rec.setdefault(col, v)
@@ -211,12 +211,20 @@ def wrapped_source(line: Any, pending: dict[tuple, tuple[Any, int, bool]]) -> tu
                 src)
 
 
+def may_go_on(text: str) -> bool:
+    """An iteration line that ends in ``|`` but holds no loss yet: a terminal may have wrapped the
+    record right after one of its ``|`` (Megatron-Bridge's at 86 columns: ``... | consumed samples:
+    5120 |`` / ``elapsed time per iteration (ms): 13212.7 | ... | global batch`` / ...)."""
+    return ("loss" not in text and "iteration" in text and text.rstrip().endswith("|")
+            and _ITER.search(text) is not None)
+
+
 def continues(record: str, text: str) -> bool:
     """Whether ``text`` is more of the hard-wrapped record ``record`` that ended in ``|``: it holds
     no iteration counter and joined on, the record reads more known fields."""
     if ":" not in text or "iteration" in text and _ITER.search(text):
         return False
-    before, after = _parse_general(record), _parse_general(record + text)
+    before, after = _parse_general(record, False), _parse_general(record + text, False)  # (Megatron's own)
     return before is not None and after is not None and len(after) > len(before)
 
 

@@ -57,6 +57,27 @@ _BARE = re.compile(r"(\d{1,12}) [-+]?\d{1,12}\.\d{1,20}(?:[eE][-+]?\d{1,3})?\s{0
 _LEGEND = re.compile(r"^[\W_]{0,8}(\w{1,40})\W{1,12}[^()]{0,200}\(measured in \**(ms|s)\**\)")
 
 
+# a record printed a ``name: value`` pair a line, a step counter among them (verl's console: ``step:2 ``
+# / ``actor/grad_norm:127.3 `` / ...; the logger tables of OpenAI's baselines and of the diffusion
+# models built on it: ``| loss       | 1.01     |`` rows between rules of dashes, ``| step | 1.72e+03 |``)
+_PAIR = re.compile(r"\s{0,8}\|?\s{0,4}([A-Za-z_][\w/.-]{0,80}?)\s{0,16}[:=|]\s{0,16}(" + _NUM
+                   + r")\s{0,16}\|?\s{0,4}")
+_PAIR_BYTES = re.compile(_PAIR.pattern.encode())
+_RULE = re.compile(r"\s{0,8}-{8,}\s{0,4}")
+_COUNTER_NAME = re.compile(r"(?i)(?:global_)?(?:step|iter|iteration|num_updates)")
+# a record's line, then lines indented under it of ``name: value`` pairs and nothing else: more of it
+# (PaddlePaddle Knover's ``[train][1] progress: 1/1 step: 10, time: 16.498, ...`` / ``<TAB>current lr:
+# 0.0000012`` / ``<TAB>lm_loss: 9.0761, ppl: 8743.9768, ...``)
+_TAIL = re.compile(r"(?:\t|\s{2,16})(?:[A-Za-z_][\w /.-]{0,40}?:\s{0,8}" + _NUM + r"(?:,\s{0,4}|\s{0,8}$))+")
+_BLOCK_LINES = 400  # a longer run of pairs is no step's record (a config printed a key a line)
+# a table: a header of names, a step counter's first, then a row a step (tf_cnn_benchmarks'
+# ``Step<TAB>Img/sec<TAB>total_loss`` over ``1<TAB>images/sec: 47.9 +/- 0.0 (jitter = 0.0)<TAB>9.066``),
+# cells apart by a tab or by two blanks or more; each cell's first number is its column's value
+_CELLS = re.compile(r"\t|\s{2,}")
+_HEAD_CELL = re.compile(r"[A-Za-z][\w/.%()-]{0,40}")
+_FIRST_NUMBER = re.compile(_NUM)
+
+
 class Records(list):
     """The records gathered (parse.py's ``col.generic``, read by generic.py), and the record still
     open over lines."""
@@ -74,11 +95,16 @@ class Records(list):
         self.indent = False  # held: a counter's line with no metric, its record maybe on indented lines
         self.alone = False  # held: a step counter alone on its line, its metrics on its process's next line
         self.paired = False  # the log printed a counter alone, then its metrics
+        self.block: list[Any] | None = None  # lines of one ``name: value`` pair each, in a run
+        self.columns: list[str] | None = None  # a table's header: the names of its rows' cells
+        self.tail = False  # held: a record's line, maybe continued by indented lines of pairs
 
     def close(self, cut: bool = False) -> None:
         """The open record ends; ``cut``: the log ends in it (read as far as it goes: its header's
         step, whatever its lines hold)."""
-        text, self.held, self.cut, self.depth = self.held, None, False, 0
+        if cut and self.block is not None:
+            _close_block(self)
+        text, self.held, self.cut, self.depth, self.tail = self.held, None, False, 0, False
         indent, self.indent = self.indent, False
         alone, self.alone = self.alone, False
         rec = generic.parse(text, self) if text is not None else None
@@ -105,7 +131,76 @@ def _counters_only(text: str) -> bool:
 
 def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
-    recs, text = col.generic, line.text
+    recs = col.generic
+    if recs.block is not None:
+        last = recs.block[-1]
+        if (line.lineno <= last.lineno + 1 and line.rank == last.rank and len(recs.block) < _BLOCK_LINES
+                and _PAIR.fullmatch(line.text)):
+            recs.block.append(line)
+            return
+        _close_block(recs)
+        if _RULE.fullmatch(line.text):
+            return
+    if recs.held is None and not recs.depth and _PAIR.fullmatch(line.text):
+        recs.block = [line]
+        return
+    if "\t" in line.text or "  " in line.text.strip():
+        cells = _CELLS.split(line.text.strip())
+        if recs.columns is not None and len(cells) == len(recs.columns) and cells[0].isdigit():
+            _table_row(recs, line, cells)
+            return
+        if len(cells) > 1 and _table_head(cells):
+            recs.columns = cells
+            return
+    _offer(recs, line)
+
+
+def _table_head(cells: list[str]) -> bool:
+    """A table's header: names only, a step counter's first, a metric's among the others."""
+    return (_COUNTER_NAME.fullmatch(cells[0]) is not None and all(_HEAD_CELL.fullmatch(c) for c in cells)
+            and bool(generic.metrics(", ".join(f"{c}: 1" for c in cells[1:]))))
+
+
+def _table_row(recs: Records, line: Any, cells: list[str]) -> None:
+    parts = [f"{recs.columns[0]}: {cells[0]}"]
+    for name, cell in zip(recs.columns[1:], cells[1:], strict=True):
+        m = _FIRST_NUMBER.search(cell)
+        if m is not None:
+            parts.append(f"{name}: {m.group()}")
+    rec = generic.parse(", ".join(parts), recs)
+    if rec is not None:
+        rec["_rank"] = line.rank
+        recs.append(rec)
+
+
+def _close_block(recs: Records) -> None:
+    """A run of pair lines ends: one record where a counter is among its names, else each line's own."""
+    lines, recs.block = recs.block, None
+    rec = None
+    if len(lines) > 1:
+        pairs = [_PAIR.fullmatch(ln.text).groups() for ln in lines]
+        text = ", ".join(f"{name}: {_count(value) if _COUNTER_NAME.fullmatch(name) else value}"
+                         for name, value in pairs)
+        rec = generic.parse(text, recs)
+    if rec is not None and rec["iteration"] is not None:
+        rec["_rank"] = lines[0].rank
+        recs.append(rec)
+        return
+    for ln in lines:
+        _offer(recs, ln)
+
+
+def _count(value: str) -> str:
+    """A step counter printed as a float (``1.72e+03``: the logger's ``%-8.3g``) as the whole number."""
+    try:
+        v = float(value)
+    except ValueError:
+        return value
+    return str(int(v)) if v.is_integer() else value
+
+
+def _offer(recs: Records, line: Any) -> None:
+    text = line.text
     if recs.held is not None and not text.strip():  # a blank line (a file's last newline) ends none
         return
     if recs.depth:  # an object printed over lines: read whole where its braces close
@@ -123,10 +218,18 @@ def offer(col: Any, line: Any) -> None:
             recs.close()
             return
         recs.close()
+    if recs.held is not None and recs.tail:  # a record's line: indented lines of pairs may go on with it
+        if line.lineno == recs.last + 1 and line.rank == recs.rank and _TAIL.fullmatch(text) \
+                and len(recs.held) < 8000 and not generic.counter(text):
+            recs.held += ", " + text.strip()
+            recs.last = line.lineno
+            return
+        recs.close()
     if recs.held is not None and recs.indent:  # a record wrapped onto lines indented to its column
-        if line.lineno <= recs.last + 1 and _INDENT.match(text) and len(recs.held) < 8000 \
-                and not generic.counter(text):
-            recs.held += " " + text.strip()
+        wrapped = _INDENT.match(text) is not None  # (else lines of pairs under it: a list, comma-joined)
+        if line.lineno <= recs.last + 1 and (wrapped or _TAIL.fullmatch(text)) \
+                and len(recs.held) < 8000 and not generic.counter(text):
+            recs.held += (" " if wrapped else ", ") + text.strip()
             recs.last = line.lineno
             return
         recs.close()
@@ -174,9 +277,8 @@ def offer(col: Any, line: Any) -> None:
         recs.append({"iteration": int(bare.group(1)), "_rank": line.rank})
         return
     rec = generic.parse(text, recs)
-    if rec is not None:
-        rec["_rank"] = line.rank
-        recs.append(rec)
+    if rec is not None:  # read where its lines end (close)
+        recs.held, recs.tail, recs.rank, recs.last = text, True, line.rank, line.lineno
     elif generic.may_be_record(text) and generic.counter(text):  # no metric yet: it may go on, indented
         recs.held, recs.indent, recs.rank, recs.last = text, True, line.rank, line.lineno
 
@@ -191,8 +293,13 @@ def _may_end_alone(raw: str | bytes) -> bool:
 def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
     """The same for a raw line (loops.add_lines), cleaned only where it names a metric (or may be
     part of a record over several lines)."""
-    end = raw.rstrip()[-1:]
-    if generic.may_be_record(raw) or col.generic.held is not None \
-            or end in (b":", b"]", b"{", ":", "]", "{") or end.isdigit() and _may_end_alone(raw):
+    end, recs = raw.rstrip()[-1:], col.generic
+    if generic.may_be_record(raw) or end in (b":", b"]", b"{", ":", "]", "{") \
+            or recs.held is not None or recs.block is not None or recs.columns is not None \
+            or end.isdigit() and _may_end_alone(raw) or len(raw) < 200 and _pair_raw(raw):
         for line in split_glued(clean(raw, lineno)):
             offer(col, line)
+
+
+def _pair_raw(raw: str | bytes) -> bool:
+    return (_PAIR_BYTES if isinstance(raw, bytes) else _PAIR).fullmatch(raw.rstrip()) is not None

@@ -156,6 +156,9 @@ class _Collector:
         elif megatron.is_incomplete_iteration(line.text) and "|" in line.text:
             self.pending[src] = (line, 1, False)
             return
+        elif megatron.may_go_on(line.text):  # complete as far as it goes, and it may go on
+            self.pending[src] = (line, 1, True)
+            return
         self._safe(line)
 
     def _add_iteration(self, rec: dict[str, Any], rank: int | None = None) -> None:

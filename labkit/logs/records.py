@@ -34,6 +34,7 @@ NAMES = {
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
     "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
     "time_per_step": "s",
+    "batch_cost": "s", "reader_cost": "none",  # PaddlePaddle's suites: seconds a batch, its data's part
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
     "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)
@@ -49,6 +50,7 @@ NAMES = {
     "loss_scale": "loss_scale", "scale": "loss_scale",
     "memory": "mem", "mem": "mem", "peak_memory": "mem", "max_memory": "mem", "gpu_memory": "mem",
     "max_mem": "mem", "peak_mem": "mem", "memory_allocated": "mem", "max_memory_allocated": "mem",
+    "peak_memory_active": "mem", "peak_memory_alloc": "mem",  # torchtune's (its reserved is no allocation)
 }
 _DECODER = json.JSONDecoder()
 # Python's repr of a float that is no number: no literal, so read as None (no number)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from labkit.logs import parse_lines
-from labkit.logs.frames import launcher_flags
+from labkit.logs.stated import launcher_flags
 
 HEADER = ["#" + " " * 62 + "out-of-place" + " " * 23 + "in-place" + " " * 10,
           "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "

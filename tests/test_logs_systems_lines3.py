@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.logs import clean_line, parse_lines, parse_log
-from labkit.logs.frames import launcher_flags
+from labkit.logs.stated import launcher_flags
 from labkit.logs.lines import split_glued
 
 

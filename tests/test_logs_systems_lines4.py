@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.logs import parse_lines
-from labkit.logs.frames import launcher_flags
+from labkit.logs.stated import launcher_flags
 
 # https://github.com/THUDM/GLM/issues/32: ZeRO-2's overflow line of seven ranks at one instant
 GLM = ("[2022-09-14 22:58:01,089] [INFO] [stage2.py:1387:step] [deepspeed] fp16 dynamic loss scale "

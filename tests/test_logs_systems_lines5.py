@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit.logs import parse_lines
-from labkit.logs.frames import launcher_flags
+from labkit.logs.stated import launcher_flags
 
 HELDOUT = Path(__file__).parent / "fixtures" / "logs"
 

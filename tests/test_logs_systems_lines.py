@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.logs import found_nothing, parse_lines
-from labkit.logs.stated import stated_world_size
 from labkit.logs.lines import clean_line
+from labkit.logs.stated import stated_world_size
 
 # torchrun_2021_elastic_worker_group_failed_restart_rendezvous_result_world_sizes_doc2edag24.txt
 ELASTIC = ("INFO:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. 3/3 attempts "

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.logs import clean_line, parse_lines, parse_log
-from labkit.logs.stated import launcher_flags
 from labkit.logs.lines import split_glued
+from labkit.logs.stated import launcher_flags
 
 
 @pytest.mark.parametrize(("line", "kinds"), [

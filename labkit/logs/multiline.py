@@ -12,8 +12,11 @@ loss=162.822 ...``); a step counter alone on its line (after the epoch it is in)
 its process that names metrics and no counter (a loop printing its step, then its loss: ``Epoch 0/100,
 Batch 16/29316`` / ``Total loss is  236.61 ETA is  7:57:00``; where every process prints both, another
 process's lines between them are passed over; the log's last counter is a record as far as it goes
-where the log showed the pair before). A legend of the metrics' units (``(measured in ms)``) is kept
-for the names printed without one.
+where the log showed the pair before); a record's line and the lines indented under it that hold
+only ``name: value`` pairs (Knover's); a run of lines of one pair each, a counter among them (verl's
+console, the logger tables of OpenAI's baselines: ``| loss | 1.01 |``), one record; a table's header of
+named columns, a step counter's first, then a record a row (tf_cnn_benchmarks). A legend of the
+metrics' units (``(measured in ms)``) is kept for the names printed without one.
 """
 
 from __future__ import annotations

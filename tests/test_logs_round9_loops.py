@@ -79,3 +79,11 @@ def test_names_of_other_suites(stem, column, first):
     doc/code-docs/source/example/30B_demo.rst at 483b4ea."""
     p = parse_lines(_lines("heldout4u", stem))
     assert p.iterations[column].iloc[0] == pytest.approx(first)
+
+
+def test_a_name_again_begins_the_next_records_run_of_pairs():
+    """The same guided-diffusion tables with their rules of dashes left out (a logger that prints its
+    pairs with no separator): a name printed again begins the next step's record, none is merged."""
+    lines = [ln for ln in _lines("heldout4r", "causaldiffae") if not ln.startswith(b"-----")]
+    its = parse_lines(lines).iterations
+    assert len(its) == 173 and its["iteration"].iloc[[0, -1]].tolist() == [0, 1720]

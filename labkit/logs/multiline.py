@@ -99,6 +99,7 @@ class Records(list):
         self.alone = False  # held: a step counter alone on its line, its metrics on its process's next line
         self.paired = False  # the log printed a counter alone, then its metrics
         self.block: list[Any] | None = None  # lines of one ``name: value`` pair each, in a run
+        self.names: set[str] = set()  # the block's names so far
         self.columns: list[str] | None = None  # a table's header: the names of its rows' cells
         self.tail = False  # held: a record's line, maybe continued by indented lines of pairs
 
@@ -137,15 +138,17 @@ def offer(col: Any, line: Any) -> None:
     recs = col.generic
     if recs.block is not None:
         last = recs.block[-1]
-        if (line.lineno <= last.lineno + 1 and line.rank == last.rank and len(recs.block) < _BLOCK_LINES
-                and _PAIR.fullmatch(line.text)):
+        pair = _PAIR.fullmatch(line.text)
+        if (pair and line.lineno <= last.lineno + 1 and line.rank == last.rank
+                and len(recs.block) < _BLOCK_LINES and pair.group(1) not in recs.names):
             recs.block.append(line)
+            recs.names.add(pair.group(1))
             return
-        _close_block(recs)
-        if _RULE.fullmatch(line.text):
+        _close_block(recs)  # (a name again: the next step's record begins, ``step: 1`` / ``loss: ..``
+        if _RULE.fullmatch(line.text):  # / ``step: 2`` / ``loss: ..``)
             return
-    if recs.held is None and not recs.depth and _PAIR.fullmatch(line.text):
-        recs.block = [line]
+    if recs.held is None and not recs.depth and (pair := _PAIR.fullmatch(line.text)):
+        recs.block, recs.names = [line], {pair.group(1)}
         return
     if "\t" in line.text or "  " in line.text.strip():
         cells = _CELLS.split(line.text.strip())

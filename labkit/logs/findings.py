@@ -41,8 +41,10 @@ hold inf/nan).
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from labkit.logs.lines import Line
@@ -88,6 +90,15 @@ _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale 
 # the process an overflow line names (``OVERFLOW! Rank 0``, ZeRO-2's ``loss scale overflow! Rank 6``): each
 # process skips the step, so the lines of several at one step are one skipped step
 _DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
+# A program's output, by the shape of a line, where no line names a tool labkit knows (XLA's, Paddle's,
+# TensorFlow's, a script's own prints): a time of day, a log level, glog/absl's ``I1205 17:47:11``,
+# a process's ``(pid=N)``, an exception, the shell's word for a crash.
+_OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b"
+                     r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback"
+                     r"|Killed|Aborted|Segmentation fault|core dumped")
+# A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment
+_CONFIG_LINE = re.compile(r"\s*(?:#|;|- |[\w.\"'-]{1,80}(?::(?:\s|$)|\s{0,4}=)|\[[\w. -]{1,80}\]\s*$)")
+_OUTPUT_BYTES = 8 << 20  # what program_output looks at, from the start
 # A terminal's hard wrap pasted as text: the rest of the row filled with blanks, mid-word
 # (``Attempted loss scal                                 e: 8192``).
 _WRAP = re.compile(r" {8,200}")
@@ -131,6 +142,7 @@ class Seen:
         self._start_line = 0
         self._scales: set[tuple[int, str]] = set()  # the scale lines counted (a line read twice counts once)
         self.ended: tuple[int, str] | None = None  # (line, status) of the run's own end (run_stop)
+        self.output_line = 0  # a log of no known tool: its last line of a program's output
         self._fall: tuple | None = None  # the last fall of the scale a line naming no process told
         self._copies = 0  # the lines that told it again since
 
@@ -230,6 +242,13 @@ class Seen:
     def findings(self, iterations: int, failures: int) -> list[dict[str, Any]]:
         """What to say about the log as a whole: ``[{"kind", "line", "message"}]``."""
         out: list[dict[str, Any]] = []
+        if iterations == 0 and failures == 0 and self.output_line and not self.tools \
+                and not self.skipped_steps and self.floor_line is None:
+            out.append({"kind": "no_iteration", "line": self.output_line,
+                        "message": f"a program's output (time stamps, log levels, errors) with no line "
+                                   f"of a tool labkit reads (NCCL, torch, DeepSpeed, Megatron/NeMo, "
+                                   f"HF, Slurm, CUDA, the training loops it knows): no iteration or "
+                                   f"failure found (last line {self.output_line})"})
         if iterations == 0 and failures == 0 and self.tools and not self.skipped_steps:
             out.append(self._stopped())
         if self.skipped_steps:
@@ -277,6 +296,34 @@ class Seen:
         return {"kind": "no_iteration", "line": self.last_line,
                 "message": f"{tools} lines, no iteration logged: the job stopped or hung before "
                            f"training began{where}"}
+
+
+def program_output(lines: Iterable[str] | Iterable[bytes]) -> int:
+    """The last line (1-based) of the first _OUTPUT_BYTES of ``lines`` shaped as a program's output
+    (``_OUTPUT``); 0 where none is, or where the text is a run's config: JSON, or YAML / INI / TOML
+    lines (``_CONFIG_LINE``) on nine lines in ten. A log of tools labkit does not know is still a log,
+    read as one with nothing in it (the finding says so); a config passed by mistake is refused."""
+    head: list[str] = []
+    size = last = 0
+    for n, raw in enumerate(lines, 1):
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        size += len(line)
+        if size > _OUTPUT_BYTES:
+            break
+        head.append(line)
+        if _OUTPUT.search(line):
+            last = n
+    text = "".join(head) if head and head[0].endswith("\n") else "\n".join(head)
+    if not last or text.lstrip()[:1] in ("{", "["):  # JSON is a config, or a record parse.py reads
+        try:
+            json.loads(text)
+            return 0
+        except ValueError:
+            pass
+    kept = [ln for ln in head if ln.strip()]
+    if sum(bool(_CONFIG_LINE.match(ln)) for ln in kept) >= 0.9 * len(kept):
+        return 0
+    return last
 
 
 def found_nothing(parsed) -> bool:  # noqa: ANN001 - a ParsedLog (parse.py imports this module)

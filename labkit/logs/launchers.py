@@ -23,6 +23,13 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   command, as the launcher passes each worker its ``--local_rank``; a command without one is any
   subprocess, no launcher's report.
 
+- any other launcher or orchestrator, by the shape they share: a worker (container, pod, trainer,
+  replica) that failed, exited or died, then its non-zero code (Paddle's ``Container rank 0 status
+  failed cmd [...] code 1 log log/workerlog.0``, a job runner's ``Worker 3 exited with exit code 1``).
+  A "process" that failed is any program's word (a script's own ``Process 1 failed with return code
+  1``), srun's ``task 1: Exited with exit code 1`` Slurm's report of its tasks, not of a launcher's
+  workers (the readings of the held-out sets), and code 0 no failure.
+
 Each is a ``child_failed``; a worker killed by SIGKILL (exit -9 or 137, signal 9) is also the
 SIGKILL guess ``host_oom`` (evidence "signal"), which ranking.py drops where a scheduler explains it.
 """
@@ -31,8 +38,8 @@ from __future__ import annotations
 
 import re
 
-WORDS = ("exitcode", "exits with return code", "noticed that", "terminated normally", "non-zero status",
-         "BAD TERMINATION", "EXIT STRING", "died from signal", "exited with code", "CalledProcessError")
+WORDS = ("code", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION", "EXIT STRING",
+         "died from signal", "CalledProcessError")  # "code": exitcode, return code, exited with code
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
@@ -46,6 +53,11 @@ _PALS = re.compile(r"^rank (\d{1,7}) (?:exited with code (\d{1,4})|died from sig
 _CALLED = re.compile(r"CalledProcessError: Command '(.{0,20000}?)' (?:returned non-zero exit status "
                      r"(-?\d{1,4})|died with <Signals\.\w{1,12}: (\d{1,3})>)")
 
+_ANY_WORKER = re.compile(
+    r"(?i)\b(?:worker|container|pod|trainer|replica)s?\b.{0,80}?"
+    r"\b(?:failed|exited|terminated|died|crashed|aborted)\b.{0,2000}?"
+    r"\b(?:exit ?code|exit status|return ?code|returncode|code)\b\s{0,2}[:=]?\s{0,2}(-?\d{1,4})(?![\d.])")
+_SRUN_TASK = re.compile(r"\btask \d{1,7}: Exited with exit code")
 Report = tuple[str, "int | None", str, str, str, str]
 """(kind, rank, message, hint name, evidence, merge key): failures.py makes it a Failure."""
 
@@ -82,6 +94,16 @@ def _other_launchers(text: str) -> list[Report]:
     return _child(None, "torch.distributed.launch: a worker failed", how)
 
 
+def _any_worker(text: str) -> list[Report]:
+    """Any other launcher's report of a worker that failed with a non-zero code (docstring), else []."""
+    m = _ANY_WORKER.search(text) if "code" in text and not _SRUN_TASK.search(text) else None
+    if m is None or m.group(1) == "0":
+        return []
+    code = m.group(1)
+    return _child(None, "a launcher: a worker failed", f"exit code {code}" if code not in ("-9", "137")
+                  else "exit code 137" if code == "137" else "signal 9")
+
+
 def worker_failed(text: str) -> list[Report]:
     """The failed worker a launcher's line reports (module docstring), else []."""
     other = _other_launchers(text)
@@ -112,6 +134,6 @@ def worker_failed(text: str) -> list[Report]:
         m = _CHILD_19.search(text)
         r, code = (m.group(1), m.group(2)) if m else (None, None)
     if m is None:
-        return []
+        return _any_worker(text)
     return [("child_failed", None, f"torchrun: a worker failed (local_rank {r}, exit code {code})",
              "child_failed", "log", "child")]

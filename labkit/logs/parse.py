@@ -21,7 +21,7 @@ import pandas as pd
 from labkit.errors import LabkitError
 from labkit.logs import deepspeed, fastscan, generic, loops, megatron, multiline, nccl, nccltests
 from labkit.logs.failures import Failure, FailureScanner
-from labkit.logs.findings import Seen
+from labkit.logs.findings import Seen, program_output
 from labkit.logs.frames import (
     ITER_COLUMNS,
     LAYOUT_KEYS,
@@ -45,8 +45,7 @@ _CHUNK_ROWS = 20_000  # iteration records are packed into a frame this often
 _FAST_DTYPES = {c: "str" if c == "timestamp" else "int64" if c in megatron.COMMON_INT else "float64"
                 for c in megatron.COMMON_COLS}
 _FAST_OPTIONAL = [c for c in megatron.COMMON_COLS if c == "timestamp" or c not in megatron.COMMON_INT]
-# pandas >= 3.1 parses every float as Python's float() does (correctly rounded); older ones do
-# with the round-trip converter (tests/test_logs_speed.py checks either way).
+# pandas >= 3.1 reads a float as float() does, older ones with round_trip (tests/test_logs_speed.py)
 _EXACT_FLOATS: dict[str, str] = ({} if tuple(map(int, pd.__version__.split(".")[:2])) >= (3, 1)
                                   else {"float_precision": "round_trip"})
 
@@ -382,6 +381,7 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
 
 def _result(col: _Collector, sources: list[str], head: Callable[[], Iterable]) -> ParsedLog:
     generic.finish(col)
+    col.seen.output_line = program_output(head()) if _found_nothing(col) else 0  # findings.py
     layout = layout_of(col, head)
     failures = rank_failures(col.scanner.failures)
     its = iterations_frame(col, layout)

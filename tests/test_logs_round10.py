@@ -68,3 +68,21 @@ def test_any_launchers_worker_that_failed_with_a_code_is_a_child_failed():
     assert "child_failed" not in _kinds(parse_log(_log("heldout4b", "cosmosrl681")))
     assert _kinds(parse_lines(["srun: error: nid001: task 3: Exited with exit code 1",
                                "worker 2 exited with exit code 0"])) == []
+
+
+def test_a_unit_of_time_per_unit_of_work_is_the_step_time():
+    """TensorFlow's CIFAR-10 multi-GPU example: ``step 380, loss = 3.31 (11381.4 examples/sec; 0.022
+    sec/batch)`` (tensorflow/models#4090), and open_clip's time named by what it timed: ``Data (t):
+    14.173 Batch (t): 18.240`` (mertyg/vision-language-models-are-bows#27)."""
+    its = parse_log(_log("heldout5a", "tfmodels4090")).iterations
+    assert its["elapsed_ms"].iloc[0] == 22.0 and its["samples_per_sec"].iloc[0] == 11381.4
+    its = parse_log(_log("heldout5b", "bows27")).iterations
+    assert its["elapsed_ms"].iloc[0] == 18240.0 and len(its) == 7
+
+
+def test_a_position_after_the_loss_counts_the_steps():
+    """PyTorch's quickstart loop, ``loss: 2.072397  [    0/60000]``, printed by two Ray SGD workers
+    behind ``(pid=65987)`` (ray-project/ray#17440): one record per position, the first copy's loss."""
+    its = parse_log(_log("heldout4z", "ray17440")).iterations
+    assert its["iteration"].tolist() == [0, 6400, 12800, 19200, 25600]
+    assert its["lm_loss"].tolist() == [2.072397, 2.128398, 2.069065, 2.072120, 2.022932]

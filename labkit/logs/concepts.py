@@ -39,7 +39,14 @@ CONCEPTS = dict(NAMES) | {
     "img/s": "smp", "images/s": "smp",  # Horovod's benchmarks: ``Iter #0: 126.5 img/sec per GPU``
     "total_grad_norm": "grad_norm", "grad_norm_total": "grad_norm",
     "it/s": "ups", "s/it": "s",  # tqdm's units as a name (ALBERT's ``-- It/s: 1.69``, MLX's ``It/sec``)
-}
+    "examples/s": "smp", "sequences/s": "smp", "seqs/s": "smp",
+    # open_clip's ``Data (t): 14.173 Batch (t): 18.240``: a time named by what it timed
+    "batch_(t)": "time", "step_(t)": "time", "iter_(t)": "time", "data_(t)": "none",
+} | {  # a unit of time per unit of work as the name (TensorFlow's ``(11381.4 examples/sec; 0.022
+    # sec/batch)``, ``ms/it``); the inverse, work per time, is updates per second (``steps/s``)
+    f"{t}/{w}": "ms" if t == "ms" else "s" for t in ("s", "sec", "secs", "seconds", "ms")
+    for w in ("step", "batch", "iter", "iteration", "it", "update")
+} | {f"{w}/s": "ups" for w in ("steps", "batches", "iters", "iterations", "updates", "batch", "iter", "step")}
 # a prefix saying over what a value was taken: ``interval_samples_per_second``, ``num_consumed_samples``
 _PREFIX = re.compile(r"^(?:interval|train|training|num)_(?=[a-z])")
 # a rate's spellings: ``_per_second``, ``_per_sec``, ``/second``, ``/sec`` -> ``/s``

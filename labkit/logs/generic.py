@@ -18,7 +18,8 @@ and a named counter after such a header the step, the metrics on both sides of i
 name (or a name of one or two letters: ``s:0 trl:11.0``), the number(s) a line starts with, where it
 names a loss (``1|25|Loss: 1.26``); or a range of batches, its last (``2626-3000batch``); or a step
 of the steps planned in brackets after a header that names no evaluation (MetricLogger's ``Training
-[  10/12500]  eta: ...``; with an epoch before it, a batch within that epoch, as above). A metric is
+[  10/12500]  eta: ...``; with an epoch before it, a batch within that epoch, as above), or at the
+end of a line whose metrics hold a loss (PyTorch's quickstart: ``loss: 2.072397  [ 6400/60000]``). A metric is
 read in either order, ``name sep value [unit]`` (``loss: 975.9``, ``Loss=0.01``, ``Loss is 0.5``) or
 ``value [unit] name`` (``93.44 s run``, ``(57.126 sec/step)``); a name may be qualified
 (``lr-DecoupledAdamW/group0``, ``memory/peak_allocated_mem``, ``tokens/s/gpu``). A JSON object or
@@ -92,7 +93,8 @@ _ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")
 # ``[{i}/{n}]``, ``eta: ...``, the meters, ``time: ...``, ``data: ...``, ``max mem: ...``, joined by
 # blanks or a tab: DINOv2's ``Training  [   1250/2500000]  eta: ...``); a header naming an
 # evaluation (``Test:  [ 10/391]``) makes no step
-_BRACKET = re.compile(r"(?:^|\s)\[\s{0,12}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})\]\s{1,8}(?=[A-Za-z])")
+_BRACKET = re.compile(r"(?:^|\s)\[\s{0,12}(\d{1,12})\s{0,4}/\s{0,4}(\d{1,12})\]"
+                      r"(?:\s{1,8}(?=[A-Za-z])|\s{0,8}$)")  # at the end: after its metrics (parse)
 _EVAL_HEADER = re.compile(r"(?i)(?<![a-z])(?:test|val|valid|validation|eval|evaluation)(?![a-z])")
 # a loss that is no number (``Training Loss: nan``): the loss's place, no value
 _NO_NUMBER = re.compile(r"\s{0,4}[:=]\s{0,4}(?:nan|NaN|-?inf|-?Inf)(?![a-z])")
@@ -117,12 +119,12 @@ _BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT
                      + r"\s{0,2}(?:(?:bf16|fp16|fp8|fp32|tf32)\s{1,2})?$")
 # a data-loading time beside the step's: then a time printed without a unit is in seconds
 # (detectron2's, MMEngine's and MetricLogger's ``time: 0.1960  data_time: 0.0033``, ``data: 0.0002``)
-_DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time)?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
+_DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time| ?\(t\))?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
 
 
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
 _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
-                        "tflops_per_gpu", "grad_norm", "samples_per_sec"})
+                        "tflops_per_gpu", "grad_norm"})
 # a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
 # loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
@@ -188,7 +190,12 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
             return None
         rec = {"iteration": int(b.group(1)), "train_iters": int(b.group(2))}
         rest = text[b.end():]
-        _metrics(rest, rec, units)
+        if not rest.strip():  # after the metrics (PyTorch's quickstart: ``loss: 2.07  [ 6400/60000]``)
+            _metrics(text[:b.start()], rec, units)
+            if not _loss(rec):
+                return None
+        else:
+            _metrics(rest, rec, units)
     elif (r := _RANGE.search(text)) is not None:  # a range of batches: its last, as a batch count
         rec = {"iteration": int(r.group(1)), "_derived": True}
         rest = text[r.end():]

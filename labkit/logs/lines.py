@@ -25,7 +25,8 @@ process printed, plus the rank the wrapper told us about:
                           DINOv2's ``I20250104 12:12:42 90 dinov2 helpers.py:102] ``), a Markdown
                           inline code's opening backtick,
                           a logger's name in brackets before a time stamp (``[titan] 2025-...``),
-                          ``[NeMo I 2024-01-01 10:00:00 file:12] ``, nanotron's
+                          ``[NeMo I 2024-01-01 10:00:00 file:12] ``, NeMo-Run's task and
+                          replica (``i.pretrain/0 [default1]:``), nanotron's
                           ``[INFO|DP=0|PP=0|TP=0]:``, OLMo's ``[olmo.train:816, rank=0]``,
                           ezpz's ``[I][ezpz/dist:772:setup]``; fairseq's and loguru's fields
                           between pipes (``| INFO | fairseq.trainer | ``), hydra's
@@ -100,6 +101,8 @@ _PREFIX = re.compile(
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
+    r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
+    #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"

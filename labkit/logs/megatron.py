@@ -292,8 +292,10 @@ def parse_layout(text: str) -> dict[str, int] | None:
         return None
     m = _WS_OLD.search(text)
     if m:  # Megatron v1 (2020): model parallel meant tensor parallel, and there was no pipeline
-        # (frames.layout_of makes pp 1 unless Megatron-DeepSpeed's pipe_parallel_size says more)
-        return {"world_size": int(m.group(1)), "tp": int(m.group(2)), "v1": 1}
+        # (frames.layout_of makes pp 1 unless Megatron-DeepSpeed's pipe_parallel_size says more);
+        # gpt-neox prints the same words (``NeoXArgs.configure_distributed_args() using ...``) and has a
+        # pipeline, whose size the line does not say
+        return {"world_size": int(m.group(1)), "tp": int(m.group(2)), "v1": int("NeoXArgs" not in text)}
     m = _WS.search(text)
     if m is None:
         return None

@@ -86,3 +86,33 @@ def test_a_position_after_the_loss_counts_the_steps():
     its = parse_log(_log("heldout4z", "ray17440")).iterations
     assert its["iteration"].tolist() == [0, 6400, 12800, 19200, 25600]
     assert its["lm_loss"].tolist() == [2.072397, 2.128398, 2.069065, 2.072120, 2.022932]
+
+
+def _layout(folder: str, stem: str) -> tuple:
+    lay = parse_log(_log(folder, stem)).layout
+    return tuple(lay[k] for k in ("world_size", "tp", "pp", "dp"))
+
+
+def test_gpt_neox_states_its_model_parallel_size_and_its_pipeline_apart():
+    """``NeoXArgs.configure_distributed_args() using world size: 8 and model-parallel size: 1``
+    says nothing of the pipeline (EleutherAI/gpt-neox#1334); its dump's ``pipe_parallel_size
+    .... 0......default`` is no pipeline (gpt-neox's slurm/llemma-f-0.2/debug_0_62691629.out at
+    8adbad8), where Megatron v1's same words meant none."""
+    assert _layout("heldout5c", "neox1334") == (8, 1, None, None)
+    assert _layout("heldout3o", "llemma") == (8, 2, 1, 4)
+
+
+def test_prefixes_of_job_runners_and_quotes_are_peeled():
+    """NeMo-Run's ``i.pretrain/0 [default1]:`` before a traceback cut at both ends
+    (NVIDIA-NeMo/Speech#12473), and a torchrun agent's traceback quoted line by line with ``> ``
+    (modelscope/ms-swift#3343): each is the uncaught exception it shows."""
+    assert _kinds(parse_log(_log("heldout5c", "nemo12473"))) == ["python_exception"]
+    assert _kinds(parse_log(_log("heldout5d", "msswift3343"))) == ["python_exception"]
+
+
+def test_more_statements_of_the_world():
+    """llm.c's ``Started Multi Node training managed by Slurm: ProcessID:0, NumProcess::4``
+    (karpathy/llm.c#426) and torchtitan's 2024 mesh ``Building 1-D device mesh with ('dp',), [4]``
+    (pytorch/torchtitan#111)."""
+    assert _layout("heldout5e", "llmc426")[0] == 4
+    assert _layout("heldout5e", "torchtitan111") == (4, 1, 1, 4)

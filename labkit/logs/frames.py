@@ -26,7 +26,7 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
     v1 = lay.pop("v1", None)  # Megatron v1's "using world size: N and model-parallel size: M"
     for arg, key in _ARG_LAYOUT.items():
         if lay.get(key) is None and arg in col.args and col.args[arg].isdecimal():
-            lay[key] = int(col.args[arg])
+            lay[key] = int(col.args[arg]) or 1  # gpt-neox's pipe_parallel_size 0: no pipeline
     for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
         if lay.get(key) is None and key in col.launcher:
             lay[key] = col.launcher[key]

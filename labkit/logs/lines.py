@@ -23,7 +23,8 @@ process printed, plus the rank the wrapper told us about:
                           (ColBERT's ``[Mar 29, 16:21:59] ``), glog and absl
                           (``I0213 12:07:20.086000 870572 torch/distributed/.../api.py:699] ``,
                           DINOv2's ``I20250104 12:12:42 90 dinov2 helpers.py:102] ``), a Markdown
-                          inline code's opening backtick,
+                          inline code's opening backtick, a quote's ``> `` (Megatron's own
+                          ``> building ...`` loses it, harmlessly),
                           a logger's name in brackets before a time stamp (``[titan] 2025-...``),
                           ``[NeMo I 2024-01-01 10:00:00 file:12] ``, NeMo-Run's task and
                           replica (``i.pretrain/0 [default1]:``), nanotron's
@@ -86,6 +87,7 @@ _PREFIX = re.compile(
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
     r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
     r"|`(?=[^`\s])"                                                   # a Markdown inline code's backtick
+    r"|>(?: |$)"                                                      # a Markdown or e-mail quote's marker
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:
     r"|\[" + _LEVEL + r"\] " + _TS + r" (?P<lg1>[\w.]{1,60}): "        # [INFO] 2021-09-13 22:18:26,678 api:
     r"|(?P<lg2>[\w.]{1,60}) " + _LEVEL + r" (?=[\[(]\d{4}-)"          # submitit WARNING (2021-03-15 ...) -

@@ -352,8 +352,12 @@ def parse_theoretical_memory(text: str) -> dict[str, float] | None:
 _ARG = re.compile(r"^(?:\[[\w.]{1,60}:\d{1,7}:print\])?\s{1,4}([a-z_][a-z0-9_]{0,60}) \.{3,80} (.{0,200})$")
 
 
+# gpt-neox's dump tells where each value came from: ``pipe_parallel_size .... 0.........default``
+_SOURCE = re.compile(r"\.{3,}(?:default|updated)$")
+
+
 def parse_argument(text: str) -> tuple[str, str] | None:
     if "..." not in text:
         return None
     m = _ARG.match(text)
-    return (m.group(1), m.group(2).strip()) if m else None
+    return (m.group(1), _SOURCE.sub("", m.group(2).strip())) if m else None

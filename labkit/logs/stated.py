@@ -71,11 +71,12 @@ _RANK_STATEMENTS = (
      r" (?:over|across) (\d{1,7}) (?:GPUs|devices|ranks|processes)\b", 1),
     # a key that counts the job's processes, in a config print, a table row or an event: accelerate's
     # state ``Num processes: 8`` (its config's ``num_processes: 8``), llm.c's ``| num_processes | 1 |``,
-    # ColBERT's ``nranks = 2``, MLPerf's ``"key": "number_of_ranks", "value": 2080``, DeepBench's header
+    # ColBERT's ``nranks = 2``, llm.c's ``Started Multi Node training managed by Slurm: ProcessID:0,
+    # NumProcess::4, DeviceId:0``, MLPerf's ``"key": "number_of_ranks", "value": 2080``, DeepBench's header
     # `` Num Ranks: 2`` (NCCL's ``comm ... rank 0 nranks 8`` and its collective trace's ``[nranks=2]`` are
     # one communicator's size: no statement)
-    (r"(?<![\w\[-])(?i:num[_ ]processes|number_of_ranks|num[_ ]ranks|nranks)[\"']?"
-     r"(?:[ \t]{0,40}[=:|][ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
+    (r"(?<![\w\[-])(?i:num[_ ]?process(?:es)?|number_of_ranks|num[_ ]ranks|nranks)[\"']?"
+     r"(?:[ \t]{0,40}[=:|]{1,2}[ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
     # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
     (r"\btraining on (\d{1,7}) (?:devices|GPUs)\b", 1),
@@ -94,7 +95,7 @@ _RANK_STATEMENTS = (
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocesses", "total ", "orker ")
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess", "total ", "orker ")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,
@@ -126,9 +127,9 @@ def stated_world_size(text: str) -> int | None:
     return None
 
 
-# torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (a name
-# not in it is a dimension of size 1)
-_MESH = re.compile(r"Building \d-D device mesh with \[([\w', ]{1,200})\], \[([\d, ]{1,100})\]")
+# torchtitan's device mesh: ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (2024's:
+# ``with ('dp',), [4]``; a name not in it is a dimension of size 1)
+_MESH = re.compile(r"Building \d-D device mesh with [\[(]([\w', ]{1,200})[\])], \[([\d, ]{1,100})\]")
 # or its sizes by name: ``Building device mesh with parallelism: pp=1, dp_replicate=1, dp_shard=8, cp=1,
 # tp=1, ep=1`` (expert parallelism, ep/etp, shares the other dimensions' ranks: no factor of the world)
 _MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1,12})")
@@ -305,7 +306,7 @@ def _mesh(text: str) -> dict[str, int]:
     """A device mesh's sizes by dimension (empty where a name is not a known dimension)."""
     m = _MESH.search(text)
     if m is not None:
-        names = [n.strip(" '") for n in m.group(1).split(",")]
+        names = [n.strip(" '") for n in m.group(1).split(",") if n.strip(" '")]  # ('dp',): a tuple
         sizes = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
     else:
         m = _MESH_NAMED.search(text)

@@ -116,3 +116,12 @@ def test_more_statements_of_the_world():
     (pytorch/torchtitan#111)."""
     assert _layout("heldout5e", "llmc426")[0] == 4
     assert _layout("heldout5e", "torchtitan111") == (4, 1, 1, 4)
+
+
+def test_a_log_indented_as_a_pages_code_block_keeps_its_rank_prefix():
+    """picotron's step lines as a README shows them, indented four blanks: ``    [rank 2] Step: 1
+    | Loss: 10.9062 | ... | Memory usage:   1.75GB`` (aws-samples/awsome-distributed-training,
+    3.test_cases/pytorch/picotron/SmolLM-1.7B/ec2/README.md at 052f609)."""
+    parsed = parse_log(_log("heldout5e", "awsome"))
+    assert len(parsed.iterations) == 3 and len(parsed.memory) == 3
+    assert set(parsed.memory["rank"]) == {2}

@@ -125,3 +125,21 @@ def test_a_log_indented_as_a_pages_code_block_keeps_its_rank_prefix():
     parsed = parse_log(_log("heldout5e", "awsome"))
     assert len(parsed.iterations) == 3 and len(parsed.memory) == 3
     assert set(parsed.memory["rank"]) == {2}
+
+
+def test_a_cross_validations_lines_are_no_steps():
+    """WeNet's ``DEBUG CV Batch 5/3700 loss 74.450745 ... history loss 58.864828 rank 3``, its
+    cross-validation over 8 GPUs (wenet-e2e/wenet#990)."""
+    parsed = parse_log(_log("heldout5b", "wenet990"))
+    assert parsed.iterations.empty
+
+
+def test_a_megatron_record_of_name_equals_value_fields():
+    """ezpz's Megatron-DeepSpeed records on Aurora: ``iteration=  136004/  136100 | consumed_samples=
+    835608576 | elapsed_time_per_iteration_ms=3415.3 | ... | tokens_per_gpu_per_second_tgs=4797.255 |``
+    (argonne-lcf/Megatron-DeepSpeed, ALCF/notes/cooldown.md at 6c20809)."""
+    its = parse_log(_log("heldout4x", "alcfmds_cooldown")).iterations
+    first = its.iloc[0]
+    assert (first["iteration"], first["train_iters"], first["elapsed_ms"], first["global_batch_size"]) == (
+        136004, 136100, 3415.3, 6144)
+    assert (first["skipped"], first["tokens_per_gpu_per_sec"], first["lm_loss"]) == (0, 4797.255, 12.316531)

@@ -60,9 +60,10 @@ _SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
 MAIN_LOSS = re.compile(r"(?:total|tot|overall|lm)_")
 # a loss that is no step's own: a running mean
 _MEAN = re.compile(r"(?i)running|average|avg|mean|ema|smooth")
-# a metric of an evaluation, or its counter: the line reports no training step
-EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test)[ _/-]{0,2}"
-                  r"(?:loss|ppl|perplexity|step|iter|iteration)(?![a-z])")
+# a metric of an evaluation, or its counter: the line reports no training step (``cv``: a
+# cross-validation's, WeNet's ``CV Batch 5/3700 loss ...``)
+EVAL = re.compile(r"(?i)(?<![a-z])(?:val|valid|validation|eval|evaluation|test|cv)[ _/-]{0,2}"
+                  r"(?:loss|ppl|perplexity|step|iter|iteration|batch)(?![a-z])")
 EVAL_PART = re.compile(r"(?i)(?:^|[/_-])(?:val|valid|validation|eval|evaluation|test)(?:$|[/_-])")
 
 

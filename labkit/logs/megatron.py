@@ -25,7 +25,7 @@ from typing import Any
 from labkit.logs import generic
 
 # --- iteration lines --------------------------------------------------------------------------
-_ITER = re.compile(r"(?:^|\s)iteration:?\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
+_ITER = re.compile(r"(?:^|\s)iteration[:=]?\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}(\d{1,12})")
 _TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]")
 
 # label (lower case, spaces collapsed) -> (column, scale)
@@ -50,6 +50,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "samples per second": ("samples_per_sec", 1.0),
     "samples/sec": ("samples_per_sec", 1.0),  # gpt-neox
     "tokens per gpu per second (tgs)": ("tokens_per_gpu_per_sec", 1.0),
+    "tokens per gpu per second tgs": ("tokens_per_gpu_per_sec", 1.0),  # ezpz's tokens_per_gpu_per_second_tgs=
     "actual seqlen": ("seq_length", 1.0),
     # nanotron (``iteration: 1 / 100 | consumed_tokens: 262K | elapsed_time_per_iteration_ms: 6.53K``)
     "elapsed time per iteration ms": ("elapsed_ms", 1.0),
@@ -161,8 +162,8 @@ def _parse_general(text: str, shared: bool = True) -> dict[str, Any] | None:
     for part in text.split("|"):
         if _ITER.search(part):
             continue
-        if ":" in part:
-            label, _, value = part.rpartition(":")
+        if ":" in part or "=" in part:  # ``name: value``; ezpz's ``name=value`` (Argonne's fork, 2025)
+            label, _, value = part.rpartition(":" if ":" in part else "=")
         else:  # Megatron-LM 2019: " learning rate 1.500E-04 | lm loss 7.1E+00 | loss scale 65536.0 |"
             label, _, value = part.strip().rpartition(" ")
             if _label(label) not in FIELDS and not _label(label).endswith("loss"):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from labkit.logs import generic
+from labkit.logs import generic, megatron
 from labkit.logs.lines import split_glued
 
 _NUM = generic.NUM
@@ -136,6 +136,11 @@ def _counters_only(text: str) -> bool:
 def offer(col: Any, line: Any) -> None:
     """A line no other reader took (parse.py, where ``col.generic`` is a list): keep its record."""
     recs = col.generic
+    if "iteration" in line.text and "|" in line.text and recs.held is None and recs.block is None \
+            and (rec := megatron.parse_iteration(line.text)) is not None:
+        rec["_rank"] = line.rank  # a Megatron record no trigger word found (ezpz's ``iteration= 5/ 9 |``)
+        recs.append(rec)
+        return
     if recs.block is not None:
         last = recs.block[-1]
         pair = _PAIR.fullmatch(line.text)

@@ -16,6 +16,9 @@ What ProcessGroupNCCL prints, over torch 1.8 to 2.9 (ProcessGroupNCCL.cpp), read
   hang"), 2.2's ``NCCL monitor thread timeout. Basically, this could be due to CUDA or NCCL calls
   being unexpectedly blocking``. No collective ran past its timeout (no SeqNum): the process is stuck.
 
+Any other program's own word that it waits and is stuck is a ``hang`` too (XLA's rendezvous: ``This
+thread has been waiting for `initialize clique ...` for 10 seconds and may be stuck``).
+
 The rank a message names sits in its log prefix, which changed with the versions: ``[Rank 3]``
 (to 2.2), ``[PG 0 Rank 1]`` (2.3), ``[PG 0 (default_pg) Rank 1]`` (2.4), ``[PG ID 0 PG GUID
 0(default_pg) Rank 11]`` (2.5 on). A rank inside a process group other than 0 is that group's rank,
@@ -26,6 +29,9 @@ from __future__ import annotations
 
 import re
 
+_SAYS_STUCK = re.compile(r"(?i)\b(?:may|might|could|must) be (?:stuck|hung|hanging|deadlocked)\b"
+                         r"|\b(?:is|are|seems?|appears?)(?: to be)? (?:stuck|hung|deadlocked)\b"
+                         r"|\bdeadlock detected\b")
 WATCHDOG = "aught collective operation timeout"  # Watchdog caught / Caught (1.6-1.7)
 _BLOCKING = "timed out in blocking wait"
 _SEQ = re.compile(r"SeqNum=(\d{1,12})")
@@ -82,4 +88,6 @@ def match(text: str, rank: int | None) -> Match | None:
             return ("hang", rank, f"rank {rank}: ProcessGroupNCCL's watchdog stuck"
                     + (f" for {m.group(1)} s" if m else "") + " (heartbeat monitor): a NCCL or CUDA "
                     "call blocks the process", "watchdog_stuck", "heartbeat")
+    if _SAYS_STUCK.search(text):
+        return ("hang", rank, "a process says it is stuck: " + text.strip()[:280], "hang", "stuck")
     return None

@@ -66,11 +66,6 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
                        r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})")
-# a program's own word that it waits and is stuck, whoever prints it (XLA's rendezvous: ``has been
-# waiting for `initialize clique ...` for 10 seconds and may be stuck``)
-_STUCK = re.compile(r"(?i)\b(?:may|might|could|must) be (?:stuck|hung|hanging|deadlocked)\b"
-                    r"|\b(?:is|are|seems?|appears?)(?: to be)? (?:stuck|hung|deadlocked)\b"
-                    r"|\bdeadlock detected\b")
 _RANK_NAMED = re.compile(r"\brank:? (\d{1,7})\s{0,4}$")  # a CUDA error's message naming its rank at the end
 # Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
 # page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
@@ -161,9 +156,6 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
         if c is not None:
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
-        if _STUCK.search(text):
-            return Failure("hang", rank, None, "a process says it is stuck: " + _short(text), HINTS["hang"],
-                           key="stuck")
     if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
             or "HIP error" in text or "off the bus" in text or "CUDNN_STATUS" in text \
             or "to peer with" in text:

@@ -143,3 +143,17 @@ def test_a_megatron_record_of_name_equals_value_fields():
     assert (first["iteration"], first["train_iters"], first["elapsed_ms"], first["global_batch_size"]) == (
         136004, 136100, 3415.3, 6144)
     assert (first["skipped"], first["tokens_per_gpu_per_sec"], first["lm_loss"]) == (0, 4797.255, 12.316531)
+
+
+def test_skypilots_node_prefix_and_a_record_the_page_wrapped():
+    """SkyPilot's ``(head, rank=0, pid=3808) `` before Open MPI's tag on nccl-tests' lines
+    (skypilot-org/skypilot, examples/gcp_gpu_direct_tcpx/README.md at 088eebc), and before a
+    detectron2 record the page wrapped after ``loss_ce_1: 2.253  ``, its rest at the margin
+    (``loss_giou_1: 2.033  ...  time: 1386.3151  data_time: 0.1655  lr: 7.2025e-07  max_mem: 2907``;
+    skypilot-org/skypilot#2952): a metric's ``loss_giou_1: `` is no host's prefix."""
+    (table,) = parse_log(_log("heldout4x", "skypilotgcp")).nccl_tests
+    assert (table["ranks"], len(table["rows"]), table["avg_busbw_gbps"]) == (16, 24, 122.073)
+    parsed = parse_log(_log("heldout4z", "skypilot2952"))
+    (rec,) = parsed.iterations.to_dict("records")
+    assert (rec["iteration"], rec["lm_loss"], rec["elapsed_ms"], rec["lr"]) == (19, 60.84, 1386315.1, 7.2025e-07)
+    assert parsed.memory["max_allocated_mb"].tolist() == [2907.0]

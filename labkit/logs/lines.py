@@ -14,7 +14,8 @@ process printed, plus the rank the wrapper told us about:
                           ``[1,mpirank:0,algo-1]<stdout>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     Ray                   ``(CommandActor pid=494406) text``, ``(Worker pid=7, ip=10.0.0.2) text``
-                          (TorchX's ``ray/0 `` before it; the ip is the host)
+                          (TorchX's ``ray/0 `` before it; the ip is the host); SkyPilot's
+                          ``(head, rank=0, pid=3808) `` (the node's name is the host)
     loggers               time stamps (bare, in brackets or parentheses), ``[INFO]``,
                           ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
                           `` - root - INFO - ``, ``[INFO] 2021-09-13 22:18:26,678 api: ``,
@@ -78,7 +79,8 @@ _PREFIX = re.compile(
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
     r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
-    r"|\s{0,8}(?P<host>[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
+    r"|\s{0,8}(?![A-Za-z][A-Za-z0-9.-]{0,100}_[\w.-]{0,100}: )"  # (no ``_`` before pdsh's ": ": a metric's)
+    r"(?P<host>[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
     r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"
@@ -106,7 +108,8 @@ _PREFIX = re.compile(
     r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
-    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?pid=\d{1,9}"  # Ray: (CommandActor pid=494406),
+    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"
+    r"pid=\d{1,9}"  # Ray: (CommandActor pid=494406), SkyPilot: (head, rank=0, pid=3808) (a node's rank)
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
 )
@@ -164,7 +167,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
                 rank, glob = int(m.group(g)), g == "r2"
                 break
         else:
-            host = m.group("host") or m.group("pod") or m.group("ray") or host
+            host = m.group("host") or m.group("pod") or m.group("ray") or m.group("sky") or host
             name = next((m.group(g) for g in _LOGGERS if m.group(g)), None)
             if m.group("lg5"):  # a glog path: torch/distributed/elastic/agent/server/api.py
                 name = m.group("lg5").removesuffix(".py").replace("/", ".")

@@ -72,6 +72,11 @@ _COUNTER_NAME = re.compile(r"(?i)(?:global_)?(?:step|iter|iteration|num_updates)
 # (PaddlePaddle Knover's ``[train][1] progress: 1/1 step: 10, time: 16.498, ...`` / ``<TAB>current lr:
 # 0.0000012`` / ``<TAB>lm_loss: 9.0761, ppl: 8743.9768, ...``)
 _TAIL = re.compile(r"(?:\t|\s{2,16})(?:[A-Za-z_][\w /.-]{0,40}?:\s{0,8}" + _NUM + r"(?:,\s{0,4}|\s{0,8}$))+")
+# the rest of a record a page hard-wrapped at its width: its line ends in a blank, the next holds
+# pairs only (two or more), at the margin and without the prefix (detectron2's ``... loss_ce_1: 2.253  ``
+# / ``loss_giou_1: 2.033  ...  time: 1386.3151  data_time: 0.1655  lr: 7.2025e-07  max_mem: 2907``)
+_WRAPPED_PAIRS = re.compile(r"(?:[A-Za-z_][\w/.-]{0,40}:\s{0,8}" + _NUM + r"\s{1,8}){1,200}"
+                            r"[A-Za-z_][\w/.-]{0,40}:\s{0,8}" + _NUM + r"\s{0,8}")
 _BLOCK_LINES = 400  # a longer run of pairs is no step's record (a config printed a key a line)
 # a table: a header of names, a step counter's first, then a row a step (tf_cnn_benchmarks'
 # ``Step<TAB>Img/sec<TAB>total_loss`` over ``1<TAB>images/sec: 47.9 +/- 0.0 (jitter = 0.0)<TAB>9.066``),
@@ -230,7 +235,8 @@ def _offer(recs: Records, line: Any) -> None:
             return
         recs.close()
     if recs.held is not None and recs.tail:  # a record's line: indented lines of pairs may go on with it
-        if line.lineno == recs.last + 1 and line.rank == recs.rank and _TAIL.fullmatch(text) \
+        wrapped = recs.held.endswith(" ") and line.rank in (None, recs.rank) and _WRAPPED_PAIRS.fullmatch(text)
+        if line.lineno == recs.last + 1 and (line.rank == recs.rank and _TAIL.fullmatch(text) or wrapped) \
                 and len(recs.held) < 8000 and not generic.counter(text):
             recs.held += ", " + text.strip()
             recs.last = line.lineno

@@ -155,5 +155,6 @@ def test_skypilots_node_prefix_and_a_record_the_page_wrapped():
     assert (table["ranks"], len(table["rows"]), table["avg_busbw_gbps"]) == (16, 24, 122.073)
     parsed = parse_log(_log("heldout4z", "skypilot2952"))
     (rec,) = parsed.iterations.to_dict("records")
-    assert (rec["iteration"], rec["lm_loss"], rec["elapsed_ms"], rec["lr"]) == (19, 60.84, 1386315.1, 7.2025e-07)
+    assert (rec["iteration"], rec["lm_loss"], rec["elapsed_ms"], rec["lr"]) == (
+        19, 60.84, 1386315.1, 7.2025e-07)
     assert parsed.memory["max_allocated_mb"].tolist() == [2907.0]

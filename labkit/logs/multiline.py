@@ -235,7 +235,8 @@ def _offer(recs: Records, line: Any) -> None:
             return
         recs.close()
     if recs.held is not None and recs.tail:  # a record's line: indented lines of pairs may go on with it
-        wrapped = recs.held.endswith(" ") and line.rank in (None, recs.rank) and _WRAPPED_PAIRS.fullmatch(text)
+        wrapped = (recs.held.endswith(" ") and line.rank in (None, recs.rank)
+                   and _WRAPPED_PAIRS.fullmatch(text))
         if line.lineno == recs.last + 1 and (line.rank == recs.rank and _TAIL.fullmatch(text) or wrapped) \
                 and len(recs.held) < 8000 and not generic.counter(text):
             recs.held += ", " + text.strip()

@@ -158,3 +158,13 @@ def test_skypilots_node_prefix_and_a_record_the_page_wrapped():
     assert (rec["iteration"], rec["lm_loss"], rec["elapsed_ms"], rec["lr"]) == (
         19, 60.84, 1386315.1, 7.2025e-07)
     assert parsed.memory["max_allocated_mb"].tolist() == [2907.0]
+
+
+def test_an_excerpt_that_starts_at_an_exception_line_shows_an_uncaught_exception():
+    """A FastChat thread's excerpt begins at ``ConnectionError: ('Connection aborted.',
+    ConnectionResetError(104, 'Connection reset by peer'))``, then torchrun's SIGTERMs and its agent's
+    ``failed (exitcode: 1) local_rank: 5`` (lm-sys/FastChat#1951)."""
+    parsed = parse_log(_log("heldout4y", "fastchat1951"))
+    assert sorted(f.kind for f in parsed.failure_records) == ["child_failed", "python_exception"]
+    # an exception's name in the middle of a log, after no frame, is no traceback's end
+    assert _kinds(parse_lines(["step 1 loss 2.0", "ConnectionError: retrying in 5 s"])) == []

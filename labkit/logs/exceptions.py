@@ -199,8 +199,9 @@ class Tracebacks:
                 self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
             if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
                 self.open[src] = line.lineno
-            elif _QUALIFIED.match(text) or after_code and _tail_end(text, code):  # an exception line whose
-                return text  # traceback the log cut (all of it, or all but the code line before it)
+            elif _QUALIFIED.match(text) or (after_code or line.lineno == 1) and _tail_end(text, code):
+                return text  # an exception line whose traceback the log cut (all of it, or all but the
+                # code line before it; an excerpt that starts at it: the log's first line)
         if src not in self.open or not text or text.startswith(("During handling", "The above exception")):
             return None
         if text[0].isspace():

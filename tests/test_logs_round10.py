@@ -168,3 +168,15 @@ def test_an_excerpt_that_starts_at_an_exception_line_shows_an_uncaught_exception
     assert sorted(f.kind for f in parsed.failure_records) == ["child_failed", "python_exception"]
     # an exception's name in the middle of a log, after no frame, is no traceback's end
     assert _kinds(parse_lines(["step 1 loss 2.0", "ConnectionError: retrying in 5 s"])) == []
+
+
+def test_a_watchdogs_what_repeat_and_a_glued_rank_prefix_count_no_new_timeout():
+    """Sixteen ranks' watchdog timeouts on Perlmutter, each told again by C++'s ``what():  [PG 3 Rank
+    2] Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught ...`` (a
+    process group's rank, no prefix), and one glued behind a frame line (``... /usr/local/lib/p[rank13]:
+    [E216 ...] [Rank 3] Watchdog caught ...``) (alexk101/sc24-dl-tutorial, err_log.txt at 3904415):
+    one event per global rank."""
+    parsed = parse_log(_log("heldout4w", "perlmutter_dp4_tp4_sixteen_rank_watchdog_timeouts_glued"
+                                         "_lines_srun_exit_134_step_cancelled_sc24tutorial"))
+    timeouts = [f for f in parsed.failure_records if f.kind == "nccl_timeout"]
+    assert sorted(f.rank for f in timeouts) == list(range(16))

@@ -19,6 +19,12 @@ What ProcessGroupNCCL prints, over torch 1.8 to 2.9 (ProcessGroupNCCL.cpp), read
 Any other program's own word that it waits and is stuck is a ``hang`` too (XLA's rendezvous: ``This
 thread has been waiting for `initialize clique ...` for 10 seconds and may be stuck``).
 
+The watchdog's exception is printed again where it ends the process, without the launcher's prefix:
+``terminate called after throwing an instance of 'c10::DistBackendError'`` / ``what():  [PG 3 Rank 2]
+Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught ...``; its ranks are
+a process group's, so it is the event of any rank already read with its sequence number (a new one
+where none was).
+
 The rank a message names sits in its log prefix, which changed with the versions: ``[Rank 3]``
 (to 2.2), ``[PG 0 Rank 1]`` (2.3), ``[PG 0 (default_pg) Rank 1]`` (2.4), ``[PG ID 0 PG GUID
 0(default_pg) Rank 11]`` (2.5 on). A rank inside a process group other than 0 is that group's rank,
@@ -61,8 +67,9 @@ def rank_in(text: str, rank: int | None) -> int | None:
     return rank if rank is not None or other is None else other
 
 
-def match(text: str, rank: int | None) -> Match | None:
-    """A c10d failure line (module docstring) -> Match, else None; ``rank`` is rank_in's."""
+def match(text: str, rank: int | None, own: bool = False) -> Match | None:
+    """A c10d failure line (module docstring) -> Match, else None; ``rank`` is rank_in's (``own``: the
+    process's global rank, from torch's ``[rankN]:`` prefix)."""
     if WATCHDOG in text or _BLOCKING in text:
         seq, op, ran = _SEQ.search(text), _OPTYPE.search(text), _RAN_FOR.search(text)
         desc = f"collective timeout on rank {rank}: {op.group(1) if op else '?'}"
@@ -70,8 +77,10 @@ def match(text: str, rank: int | None) -> Match | None:
             desc += f" (SeqNum={seq.group(1)})"
         if ran:
             desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
-        return ("nccl_timeout", rank, desc, "nccl_timeout",
-                f"wd:{rank}:{seq.group(1) if seq else (op.group(1) if op else '')}")
+        # C++'s repeat of the exception, its rank a process group's unless torch's prefix named the process
+        what = not own and seq and ("what():" in text or "terminated with exception" in text)
+        which = seq.group(1) if seq else (op.group(1) if op else "")
+        return ("nccl_timeout", rank, desc, "nccl_timeout", f"{'wd-what' if what else 'wd'}:{rank}:{which}")
     if "Timeout at NCCL work: " in text:
         m = _WORK_TIMEOUT.search(text)
         if m:  # the same event as its watchdog line (its SeqNum), where that is in the log
@@ -91,3 +100,11 @@ def match(text: str, rank: int | None) -> Match | None:
     if _SAYS_STUCK.search(text):
         return ("hang", rank, "a process says it is stuck: " + text.strip()[:280], "hang", "stuck")
     return None
+
+
+def repeated(key: str, rank: int | None, known: list[str]) -> tuple[str, int | None]:
+    """The key and rank of a ``what():``'s repeat of a watchdog timeout (``wd-what:RANK:SEQ``, its rank a
+    process group's): the event of any rank read with its sequence number, else an event of its own."""
+    seq = key.rsplit(":", 1)[1]
+    same = next((k for k in known if k.startswith("wd:") and k.endswith(f":{seq}")), None)
+    return (same, None) if same is not None else ("wd" + key[7:], rank)

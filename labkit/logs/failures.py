@@ -150,9 +150,8 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
                            HINTS["host_oom"], key="slurm-oom")
         if "shared memory" in text and _SHM_SHORT.search(text):
             return _shm_full(text, rank)
-    if "atchdog" in text or "imeout" in text or "imed out" in text or "monitor" in text or "stuck" in text \
-            or " hung" in text or "eadlock" in text:
-        c = c10d.match(text, rank)
+    if any(w in text for w in ("atchdog", "imeout", "imed out", "monitor", "stuck", " hung", "eadlock")):
+        c = c10d.match(text, rank, global_rank)
         if c is not None:
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
@@ -270,6 +269,8 @@ class FailureScanner:
         return self._tb.busy or self._records.busy or self._child_left > 0
 
     def add(self, f: Failure) -> Failure:
+        if f.key.startswith("wd-what:"):  # a what():'s repeat of a watchdog's timeout
+            f.key, f.rank = c10d.repeated(f.key, f.rank, [k for kind, k in self._by_key if kind == f.kind])
         k = (f.kind, f.key)
         old = self._by_key.get(k)
         # a Slurm cancellation is the job's, whichever task's label it carries: one event

@@ -120,6 +120,10 @@ _GLUED = re.compile(r"\[[A-Za-z_][\w-]{0,31}\|\d{1,6}\]:")
 # Megatron's and DeepSpeed's ``[Rank N] `` right after another message's last character: two ranks
 # wrote into one pipe at once (``... max reserved: 56362.0[Rank 34] (after 1 iterations) memory ...``)
 _GLUED_RANK = re.compile(r"(?<=[\w.)\]])\[Rank \d{1,6}\] ")
+# torch's ``[rank13]:`` right after another message's last character: a C++ frame cut by the next
+# process's watchdog line (``frame #2: ... (0x7f2d in /usr/local/lib/p[rank13]:[E216 ...] [Rank 3]
+# Watchdog caught ...``)
+_GLUED_TORCH = re.compile(r"(?<=\S)\[rank\d{1,6}\]:")
 # Open MPI's --tag-output tag; ``mpirun`` tags each piece a process wrote, so a row printed by
 # several writes comes back as one line with the tag repeated inside it (nccl-tests:
 # ``[1,0]<stdout>:   8   2   float   sum   -1[1,0]<stdout>:    85.70    0.00 ...``): the tag of the
@@ -178,8 +182,9 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
 
 
 def split_glued(line: Line) -> tuple[Line, ...]:
-    """A line holding another message behind a glued TorchX prefix -> the two messages (the
-    second with the rank its prefix names); any other line -> itself."""
+    """A line holding another message behind a glued prefix (TorchX's, Open MPI's, Megatron's ``[Rank
+    N]``, torch's ``[rankN]:``) -> the two messages (the second with the rank its prefix names); any
+    other line -> itself."""
     if line.earlier:  # the messages a terminal showed before this one, in turn
         return (*(p for e in line.earlier for p in split_glued(e)),
                 *split_glued(Line(line.lineno, line.rank, line.text, line.host, line.width, line.logger,
@@ -190,11 +195,13 @@ def split_glued(line: Line) -> tuple[Line, ...]:
         m = _MPI_TAG.search(text, 1)
     if m is None and "[Rank " in text:
         m = _GLUED_RANK.search(text, 1)
+    if m is None and "[rank" in text:
+        m = _GLUED_TORCH.search(text, 1)
     if m is None:
         return (line,)
-    rest, rank, host = strip_prefixes(text[m.start():])
+    rest, rank, host, _, glob = _strip(text[m.start():])
     return (Line(line.lineno, line.rank, text[:m.start()], line.host, line.width),
-            *split_glued(Line(line.lineno, rank, rest, host or line.host, line.width)))
+            *split_glued(Line(line.lineno, rank, rest, host or line.host, line.width, global_rank=glob)))
 
 
 def _unbar(m: re.Match) -> str:

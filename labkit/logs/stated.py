@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import ahocorasick_rs
+
 # Megatron's parallel sizes by their names, as flags or keys, wherever a line states them: flags on a
 # command line a launcher or script echoes (DeepSpeed's ``spawned with command: ['python', ...,
 # '--tensor-model-parallel-size', '2', ...]``, a shell's ``+ torchrun ... --pipeline-model-parallel-size=4``,
@@ -204,7 +206,9 @@ def _ras_processes(names: str, units: str, values: str) -> int | None:
 # statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``; short names' ``TP``), the RAS
 # summary's units (its line of values, the next one, is read with it)
 _HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", "TP", "tp", _TOTAL, *_RANK_WORDS)
+_DIGIT_BLIND = str.maketrans("123456789", "000000000")
 _ENGINE_WORDS = ("rollout", "inference", "vllm", "sglang")  # _SERVING's sections
+_AUTOMATON = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in (*_HEAD_WORDS, *_ENGINE_WORDS)])
 
 
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
@@ -216,12 +220,17 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     out: dict[str, int] = {}
     serving = _Serving()
     last = ["", ""]  # the two lines read before this one (a RAS summary's headers)
+    barren: set[str] = set()  # the digit-blind shapes of lines that stated nothing: their kin state nothing
     for raw in _worded(_head(lines, limit)):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if ("rollout" in text or "inference" in text or "vllm" in text or "sglang" in text
                 or serving.depth is not None) and serving.inside(text):
             continue
-        _read_flags(text, out)
+        shape, known = text.translate(_DIGIT_BLIND), len(out)
+        if shape not in barren:  # (a log prints one line's shape for every rank and step)
+            _read_flags(text, out)
+            if len(out) == known and len(barren) < 4096:
+                barren.add(shape)
         if _TOTAL in last[1] and "world_size" not in out:
             ws = _ras_processes(last[0].rstrip(), last[1].rstrip(), text.rstrip())
             if ws is not None:
@@ -251,10 +260,15 @@ def _worded(head: list) -> list:
     nl = b"\n" if isinstance(head[0], bytes) else "\n"
     blob = nl.join(head)
     enc = (lambda w: w.encode()) if isinstance(blob, bytes) else (lambda w: w)
-    if any(enc(w) in blob for w in _ENGINE_WORDS):
-        return head
     starts: set[int] = set()
-    for word in _HEAD_WORDS:
+    if isinstance(blob, bytes):  # a file's lines: every word in one pass (a log's head is megabytes)
+        hits = _AUTOMATON.find_matches_as_indexes(blob)
+        if any(k >= len(_HEAD_WORDS) for k, _, _ in hits):  # an inference engine's word
+            return head
+        starts = {blob.rfind(nl, 0, i) + 1 for _, i, _ in hits}
+    elif any(enc(w) in blob for w in _ENGINE_WORDS):
+        return head
+    for word in _HEAD_WORDS if not isinstance(blob, bytes) else ():
         w = enc(word)
         i = blob.find(w)
         while i >= 0:

@@ -180,3 +180,20 @@ def test_a_watchdogs_what_repeat_and_a_glued_rank_prefix_count_no_new_timeout():
                                          "_lines_srun_exit_134_step_cancelled_sc24tutorial"))
     timeouts = [f for f in parsed.failure_records if f.kind == "nccl_timeout"]
     assert sorted(f.rank for f in timeouts) == list(range(16))
+
+
+def test_the_shells_killed_report_is_the_sigkill_guess():
+    """bash's job-control report ``launch_fsdp_small.sh: line 149: 190869 Killed   ... torchrun ...``
+    ends a torchtitan run's log (QIU023/torchtitan_attention_residual,
+    phase4_kimi_attnres_lm_pretrain/fp8_paperalign_C_save200.log at a204ab4)."""
+    parsed = parse_log(_log("heldout5g", "qiu023"))
+    assert _kinds(parsed) == ["host_oom"] and len(parsed.iterations) == 22
+
+
+def test_a_scripts_own_step_lines_among_deepspeeds_are_all_read():
+    """A tutorial's ``step:0, loss:5.453125`` ... ``step:300, loss:3.48828125`` (no trigger word) among
+    DeepSpeed's ``OVERFLOW!`` lines and its engine's lossless ``step=0`` record
+    (hwang2006/large-scale-lm-tutorials, docs/07_zero_redundancy_optimization.md at 20aadcb): every
+    step line, not only those beside a trigger word."""
+    its = parse_log(_log("heldout5h", "hwang")).iterations
+    assert len(its) == 31 and its["iteration"].iloc[-1] == 300 and its["lm_loss"].iloc[-1] == 3.48828125

@@ -320,6 +320,12 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
     return rec
 
 
+def losses(col: Any) -> int:
+    """The records the readers found so far that hold a loss (the fast path's all do)."""
+    return (col.fast_n + sum(r.get("lm_loss") is not None for r in col.iter_rows)
+            + sum(int(c["lm_loss"].notna().sum()) for c in col.iter_chunks if "lm_loss" in c))
+
+
 def lossless(col: Any) -> bool:
     """Whether no record the other readers found holds a loss (DeepSpeed's engine prints
     ``step=N, skipped=0, lr=[...]`` and the training loop its own loss lines: both are read)."""

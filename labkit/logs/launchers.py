@@ -28,7 +28,9 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   failed cmd [...] code 1 log log/workerlog.0``, a job runner's ``Worker 3 exited with exit code 1``).
   A "process" that failed is any program's word (a script's own ``Process 1 failed with return code
   1``), srun's ``task 1: Exited with exit code 1`` Slurm's report of its tasks, not of a launcher's
-  workers (the readings of the held-out sets), and code 0 no failure.
+  workers (the readings of the held-out sets), and code 0 no failure;
+- the shell, of a job it ran that SIGKILL ended: bash's ``launch.sh: line 149: 190869 Killed
+  torchrun ...`` or ``Killed`` alone (no launcher's word: the SIGKILL guess only).
 
 Each is a ``child_failed``; a worker killed by SIGKILL (exit -9 or 137, signal 9) is also the
 SIGKILL guess ``host_oom`` (evidence "signal"), which ranking.py drops where a scheduler explains it.
@@ -38,8 +40,8 @@ from __future__ import annotations
 
 import re
 
-WORDS = ("code", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION", "EXIT STRING",
-         "died from signal", "CalledProcessError")  # "code": exitcode, return code, exited with code
+WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION",
+         "EXIT STRING", "died from signal", "CalledProcessError")  # "code": exitcode, return code, ...
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
@@ -57,6 +59,10 @@ _ANY_WORKER = re.compile(
     r"(?i)\b(?:worker|container|pod|trainer|replica)s?\b.{0,80}?"
     r"\b(?:failed|exited|terminated|died|crashed|aborted)\b.{0,2000}?"
     r"\b(?:exit ?code|exit status|return ?code|returncode|code)\b\s{0,2}[:=]?\s{0,2}(-?\d{1,4})(?![\d.])")
+# the shell's own word for a job it ran that SIGKILL ended: bash's job-control report ``launch.sh: line
+# 149: 190869 Killed   torchrun ...`` (its pid and command), or ``Killed`` alone on its line
+_SHELL_KILLED = re.compile(r"^(?:\S{1,400}: line \d{1,7}: {1,4}\d{1,10} )?Killed"
+                           r"(?: {2,40}\S.{0,4000})?\s{0,4}$")
 _SRUN_TASK = re.compile(r"\btask \d{1,7}: Exited with exit code")
 Report = tuple[str, "int | None", str, str, str, str]
 """(kind, rank, message, hint name, evidence, merge key): failures.py makes it a Failure."""
@@ -95,7 +101,10 @@ def _other_launchers(text: str) -> list[Report]:
 
 
 def _any_worker(text: str) -> list[Report]:
-    """Any other launcher's report of a worker that failed with a non-zero code (docstring), else []."""
+    """Any other launcher's report of a worker that failed with a non-zero code (docstring), or the
+    shell's of a job SIGKILL ended (a ``host_oom`` guess: no launcher said why), else []."""
+    if "Killed" in text and _SHELL_KILLED.match(text):
+        return [_sigkill(None, "the shell reports the job it ran Killed")]
     m = _ANY_WORKER.search(text) if "code" in text and not _SRUN_TASK.search(text) else None
     if m is None or m.group(1) == "0":
         return []

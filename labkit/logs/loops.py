@@ -73,6 +73,7 @@ from typing import Any
 from labkit.logs import generic, multiline
 from labkit.logs.findings import UNTRIGGERED
 from labkit.logs.lines import clean_line
+from labkit.logs.scan import _hit
 
 _UNTRIGGERED_B = tuple(w.encode() for w in UNTRIGGERED)  # findings.py's words, for lines of bytes
 _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
@@ -132,14 +133,15 @@ def may_be_step_line(text: str) -> bool:
 
 
 def may_be_loop_line(raw: str | bytes) -> bool:
-    """A cheap test on a raw line, before it is cleaned: can it be a line has_no_trigger takes?"""
+    """A cheap test on a raw line, before it is cleaned: can it be a step line with no trigger word
+    (has_no_trigger's, or any parse_step_line takes: ``step:10, loss:3.65``)?"""
     if isinstance(raw, bytes):
         return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
             or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss" in raw) \
-            or b"Step #" in raw or b"steps: " in raw
+            or b"Step #" in raw or b"steps: " in raw or b"tep:" in raw
     return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
         or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss" in raw) \
-        or "Step #" in raw or "steps: " in raw
+        or "Step #" in raw or "steps: " in raw or "tep:" in raw
 
 
 def has_no_trigger(text: str) -> bool:
@@ -372,7 +374,7 @@ def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> N
             #          loss scale to: 16.0``, MLPerf's run_stop (findings.py counts a line read twice once)
         if may_be_loop_line(raw):
             text = clean_line(raw, lineno).text
-            rec = parse_step_line(text) if has_no_trigger(text) else None
+            rec = parse_step_line(text) if has_no_trigger(text) or not _hit(text) else None
             if rec is not None:
                 col._add_iteration(rec)
                 continue

@@ -33,7 +33,7 @@ from labkit.logs.frames import (
 )
 from labkit.logs.lines import Line, iter_file, split_glued
 from labkit.logs.ranking import rank_failures
-from labkit.logs.scan import feed_file, feed_lines
+from labkit.logs.scan import _hit, feed_file, feed_lines
 
 MEMORY_COLUMNS = ["rank", "iteration", "allocated_mb", "max_allocated_mb", "reserved_mb",
                   "max_reserved_mb"]
@@ -120,6 +120,7 @@ class _Collector:
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
         self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
         self.loop_iters = 0
+        self.loop_losses = 0  # ... and those with a loss
         self.exact_steps: set[int] = set()  # steps read from a record glued after a progress bar
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
@@ -250,7 +251,9 @@ class _Collector:
         if loops.may_be_step_line(text):
             rec = loops.parse_step_line(text)
             if rec is not None:
-                self.loop_iters += loops.has_no_trigger(text)
+                untriggered = loops.has_no_trigger(text) or not _hit(text)
+                self.loop_iters += untriggered
+                self.loop_losses += untriggered and rec.get("lm_loss") is not None
                 self._add_iteration(rec, line.rank)
                 return "%|" not in text  # a message glued to a progress bar is read too
         ch = nccl.parse_channel(text)
@@ -348,7 +351,7 @@ def _wants_loop_lines(col: _Collector) -> bool:
     """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger, and
     generic.py's): in a log with no record yet, or whose records all came from such lines (read
     where they sat beside a trigger), so no other loop's records mix with them (loops.add_lines)."""
-    return not col.n_iters or col.n_iters == col.loop_iters or generic.lossless(col)
+    return not col.n_iters or col.n_iters == col.loop_iters or generic.losses(col) == col.loop_losses
 
 
 def _found_nothing(col: _Collector) -> bool:

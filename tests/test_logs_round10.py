@@ -197,3 +197,19 @@ def test_a_scripts_own_step_lines_among_deepspeeds_are_all_read():
     step line, not only those beside a trigger word."""
     its = parse_log(_log("heldout5h", "hwang")).iterations
     assert len(its) == 31 and its["iteration"].iloc[-1] == 300 and its["lm_loss"].iloc[-1] == 3.48828125
+
+
+@pytest.mark.parametrize("folder,stem,steps", [
+    # Lightning Fabric's tensor-parallel example: ``Iteration 0 complete`` ... ``Iteration 7 complete``
+    # (Lightning-AI/pytorch-lightning, examples/fabric/tensor_parallel/README.md at 7f0c343)
+    ("heldout5h", "fabrictp", list(range(8))),
+    # a ViT script on Frontier: ``Current iteration: 100/500000 (0.0%)`` (alexk101/sc24-dl-tutorial,
+    # 1000_scientists/param-sweep-python-3109071.out at 73fb589)
+    ("heldout5g", "frontier_vit_tp8_set_x_trace_current_iteration_progress_lines_step_and_job_time_limit"
+                  "_sc24tutorial", [100, 200, 300, 400, 500, 600]),
+    # 30 ranks' ``RANK 2: running step 1/10`` behind srun's labels: one step (sparticlesteve/
+    # pytorch-nccl-hang, a Slurm output at 02be1b4)
+    ("heldout4r", "pytorch_nccl_hang", [1]),
+])
+def test_a_line_that_says_only_that_a_step_ran_is_its_record(folder, stem, steps):
+    assert parse_log(_log(folder, stem)).iterations["iteration"].tolist() == steps

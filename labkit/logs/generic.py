@@ -137,6 +137,23 @@ _STEP_TIME = re.compile(r"(?i)(?:^|[\s:|,])(?:step|iter(?:ation)?|batch)[ _]time
                         + NUM + r")\s{0,2}(ms|s)?\s{0,8}$")
 
 
+# a line that says only that a step ran, with no metric: a record of its step alone (Lightning Fabric's
+# example: ``Iteration 0 complete``, a ViT script's ``Current iteration: 100/500000 (0.0%)``, a job's
+# ``RANK 2: running step 1/10`` from each rank: one step)
+_PROGRESS = re.compile(r"(?i)\s{0,8}(?:(?:rank|worker|process)\s{0,2}\d{1,7}\s{0,2}[:,-]\s{0,4})?"
+                       r"(?:(?:current|running|finished|completed|starting|done with)\s{1,4})?"
+                       r"(?:global\s)?(?:step|iteration|iter)\s{0,2}[:#=]?\s{0,4}(\d{1,12})(?:\s{0,2}/\s{0,2}(\d{1,12}))?"
+                       r"\s{0,4}(?:\(\s{0,2}\d{1,3}(?:\.\d{1,4})?\s{0,2}%\s{0,2}\))?"
+                       r"\s{0,4}(?:complete|completed|done|finished)?\s{0,4}[.!]?\s{0,4}$")
+
+
+def progress(text: str | bytes) -> bool:
+    """A cheap test on a raw line: may it be a step that says only that it ran (_PROGRESS)?"""
+    if len(text) >= 200:
+        return False
+    return b"ter" in text or b"tep" in text if isinstance(text, bytes) else "ter" in text or "tep" in text
+
+
 def may_be_record(text: str | bytes) -> bool:
     """A cheap test before parse: does the line name any metric at all?"""
     t = text.lower()  # a few substring tests: this runs on every line of a log with no record
@@ -153,6 +170,8 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     """A cleaned line (lines.py) -> a step record (``_memory``: (column, MiB)), or None. ``state``
     (a multiline.Records): the units of names printed without one, where the log's legend says them,
     and whether the log's epochs count from 0."""
+    if (p := _PROGRESS.match(text) if "ter" in text or "tep" in text else None) is not None:
+        return {"iteration": int(p.group(1)), **({"train_iters": int(p.group(2))} if p.group(2) else {})}
     if not may_be_record(text):
         return None
     units = state.units if state is not None else None

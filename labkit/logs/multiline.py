@@ -314,7 +314,8 @@ def offer_raw(col: Any, raw: str | bytes, clean: Any, lineno: int) -> None:
     end, recs = raw.rstrip()[-1:], col.generic
     if generic.may_be_record(raw) or end in (b":", b"]", b"{", ":", "]", "{") \
             or recs.held is not None or recs.block is not None or recs.columns is not None \
-            or end.isdigit() and _may_end_alone(raw) or len(raw) < 200 and _pair_raw(raw):
+            or end.isdigit() and _may_end_alone(raw) or len(raw) < 200 and _pair_raw(raw) \
+            or generic.progress(raw):
         for line in split_glued(clean(raw, lineno)):
             offer(col, line)
 

@@ -292,15 +292,15 @@ class FailureScanner:
         f = match_line(text, line.rank, line.global_rank)
         prev = self._prev
         wide = prev is not None and max(prev.width, len(prev.text)) >= 60  # printed width, prefixes in
-        if f is None and prev is not None and prev.lineno == line.lineno - 1 and wide \
-                and not prev.text.rstrip().endswith("|"):
-            # a message hard-wrapped over two lines: try the join (with and without the space)
-            for joined in (prev.text + text, prev.text + " " + text):
-                if match_line(prev.text, prev.rank) is None:
-                    f = match_line(joined, line.rank if line.rank is not None else prev.rank)
-                    if f is not None:
-                        f.line = prev.lineno
-                        break
+        if (f is None or f.rank is None and prev is not None and prev.rank is not None) and prev is not None \
+                and prev.lineno == line.lineno - 1 and wide and not prev.text.rstrip().endswith("|"):
+            # a message hard-wrapped over two lines (its rank, too, may be on the first): try the join
+            for joined in (prev.text + text, prev.text + " " + text):  # (with and without the space)
+                g = match_line(joined, line.rank if line.rank is not None else prev.rank) \
+                    if match_line(prev.text, prev.rank) is None else None
+                if g is not None and (f is None or g.kind == f.kind):
+                    f, g.line = g, prev.lineno
+                    break
         if f is not None and f.kind == "disk_full" and prev is not None and (
                 prev.lineno == line.lineno - 1 and SHM_CALL.search(prev.text)
                 or ("host_oom", "shm") in self._by_key and "/" not in text):

@@ -54,6 +54,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "actual seqlen": ("seq_length", 1.0),
     # nanotron (``iteration: 1 / 100 | consumed_tokens: 262K | elapsed_time_per_iteration_ms: 6.53K``)
     "elapsed time per iteration ms": ("elapsed_ms", 1.0),
+    "time per iteration ms": ("elapsed_ms", 1.0),
     "tokens per sec": ("tokens_per_sec", 1.0),
     "tokens per sec per gpu": ("tokens_per_gpu_per_sec", 1.0),
     "model tflops per gpu": ("tflops_per_gpu", 1.0),

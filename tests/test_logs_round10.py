@@ -213,3 +213,22 @@ def test_a_scripts_own_step_lines_among_deepspeeds_are_all_read():
 ])
 def test_a_line_that_says_only_that_a_step_ran_is_its_record(folder, stem, steps):
     assert parse_log(_log(folder, stem)).iterations["iteration"].tolist() == steps
+
+
+def test_a_timeouts_rank_comes_from_the_line_a_wrap_cut_it_from():
+    """``[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception:
+    [Rank 0`` / ``] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, ...`` hard-wrapped
+    at 100 columns (zd11024/NaviLLM#34), and NeMo RL's Ray actor ``(MegatronPolicyWorker[rank=97]
+    pid=3421713, ip=10.1.2.206) [rank97]:[E323 ...] [Rank 6] Watchdog caught ...`` (NVIDIA-NeMo/RL#2140):
+    the process's rank, not a process group's."""
+    (f,) = [f for f in parse_log(_log("heldout5k", "navillm34")).failure_records if f.kind == "nccl_timeout"]
+    assert f.rank == 0
+    (f,) = [f for f in parse_log(_log("heldout5j", "nemorl2140")).failure_records if f.kind == "nccl_timeout"]
+    assert f.rank == 97
+
+
+def test_nanotrons_time_per_iteration_is_the_step_time():
+    """``iteration: 211364 / 1500000 | consumed_tokens: 480B | time_per_iteration_ms: 8.79K | ...``
+    behind ``[INFO|DP=0|TP=0|lrdn0007]:`` (mii-llm/zagreus-nesso-slm, README.md at 49e1b23)."""
+    its = parse_log(_log("heldout5i", "zagreus")).iterations
+    assert its["elapsed_ms"].tolist() == [8790.0, 8740.0]

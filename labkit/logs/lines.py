@@ -14,7 +14,8 @@ process printed, plus the rank the wrapper told us about:
                           ``[1,mpirank:0,algo-1]<stdout>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     Ray                   ``(CommandActor pid=494406) text``, ``(Worker pid=7, ip=10.0.0.2) text``
-                          (TorchX's ``ray/0 `` before it; the ip is the host); SkyPilot's
+                          (TorchX's ``ray/0 `` before it; the ip is the host; NeMo RL's
+                          ``(MegatronPolicyWorker[rank=97] pid=.., ip=..)``); SkyPilot's
                           ``(head, rank=0, pid=3808) `` (the node's name is the host)
     loggers               time stamps (bare, in brackets or parentheses), ``[INFO]``,
                           ``INFO:torch.distributed.elastic.agent.server.api:``, ``ERROR:root:``,
@@ -108,7 +109,8 @@ _PREFIX = re.compile(
     r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
-    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80} )?(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"
+    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\])? )?"
+    r"(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"  # (NeMo RL's Worker[rank=97] pid=..)
     r"pid=\d{1,9}"  # Ray: (CommandActor pid=494406), SkyPilot: (head, rank=0, pid=3808) (a node's rank)
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"

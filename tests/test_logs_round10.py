@@ -232,3 +232,21 @@ def test_nanotrons_time_per_iteration_is_the_step_time():
     behind ``[INFO|DP=0|TP=0|lrdn0007]:`` (mii-llm/zagreus-nesso-slm, README.md at 49e1b23)."""
     its = parse_log(_log("heldout5i", "zagreus")).iterations
     assert its["elapsed_ms"].tolist() == [8790.0, 8740.0]
+
+
+def test_mlperf_logs_steps_scales_and_bracketed_units():
+    """MLPerf submissions' logs: DeepCAM's ``:::MLLOG {... "key": "train_loss", ... "metadata": {...,
+    "epoch_num": 1, "step_num": 10}}`` beside a ``learning_rate`` event of the same step
+    (mlcommons/hpc_results_v1.0, HelmholtzAI/.../deepcam/result_1.txt at d77db2c); GNMT's fp16
+    optimizer's
+    ``Skipped batch, new scale: 512.0`` (mlcommons/training_results_v0.7, Fujitsu/.../gnmt/result_1.txt
+    at c664061); MXNet SSD's ``training time: 112.634 [ms], speed: 7954.944 [imgs/sec]`` and ``MPI size:
+    16`` (the same repository, DellEMC/results/4xC4140/ssd/result_1.txt)."""
+    its = parse_log(_log("heldout5l", "helmholtzai")).iterations
+    assert len(its) == 153 and its["iteration"].iloc[0] == 10 and its["lr"].notna().all()
+    (finding,) = parse_log(_log("heldout5l", "fujitsu")).findings
+    assert (finding["kind"], finding["skipped_steps"]) == ("fp16_overflow", 32)
+    parsed = parse_log(_log("heldout5l", "dellemc"))
+    first = parsed.iterations.iloc[0]
+    assert (first["elapsed_ms"], first["samples_per_sec"], parsed.layout["world_size"]) == (
+        112.634, 7954.944, 16)

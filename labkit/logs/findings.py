@@ -25,6 +25,7 @@ pasted into it, a run of blanks inside a word, is taken out first)::
     Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0
     Reducing dynamic loss scale from 4096.0 to 2048.0 / NOTE: overflow detected, setting loss
     scale to: 64.0 / Current loss scale already at minimum - cannot decrease scale anymore
+    Skipped batch, new scale: 512.0                        (MLPerf GNMT's fp16 optimizer)
 
 A run that states its own end did not hang, whatever else its log lacks: MLPerf's ``run_stop`` event
 (``:::MLLOG {..., "key": "run_stop", ..., "metadata": {..., "status": "success"}}``, v0.6's ``:::MLL
@@ -81,11 +82,12 @@ _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w{1,40})")
 _SCALE = re.compile(
     r"[Aa]ttempted loss scale: ([0-9.eE+-]{1,30}), (?:reducing to ([0-9.eE+-]{1,30})|but hysteresis)"
     r"|[Rr]educing (?:dynamic )?loss scale (?:from ([0-9.eE+-]{1,30}) )?to ([0-9.eE+-]{1,30})"
-    r"|setting loss scale to: ([0-9.eE+-]{1,30})")
+    r"|setting loss scale to: ([0-9.eE+-]{1,30})"
+    r"|[Ss]kipped (?:batch|step|iteration),? new (?:loss )?scale:? ([0-9.eE+-]{1,30})")  # MLPerf's GNMT
 # the run's own end (module docstring); its words hold no trigger: loops.add_lines offers the lines of
 # a log without iterations that hold one of UNTRIGGERED (the first pass saw only those beside a trigger)
 _RUN_STOP = re.compile(r'run_stop\b.{0,4000}?"status":\s{0,2}"(\w{1,40})"')
-UNTRIGGERED = ("scale to", "run_stop")
+UNTRIGGERED = ("scale to", "run_stop", "new scale")
 _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale reached")
 # the process an overflow line names (``OVERFLOW! Rank 0``, ZeRO-2's ``loss scale overflow! Rank 6``): each
 # process skips the step, so the lines of several at one step are one skipped step
@@ -203,7 +205,7 @@ class Seen:
             return
         self._scales.add((line.lineno, text))
         before = _num(m.group(1) or m.group(3))
-        after = _num(m.group(2) or m.group(4) or m.group(5)) or before  # hysteresis: scale kept
+        after = _num(m.group(2) or m.group(4) or m.group(5) or m.group(6)) or before  # hysteresis: kept
         if after is None:
             return
         r = _DS_RANK.search(text)
@@ -213,7 +215,7 @@ class Seen:
             # process, is the next process's copy of it (DeepSpeed 0.3's ZeRO-1 logs it on every rank)
             self._copies = self._copies + 1 if (before, after, line.host) == self._fall else 0
             self._fall, src = (before, after, line.host), (*src, self._copies)
-        count = self.overflows if "kipping step" in text else self.reductions
+        count = self.overflows if "kipping step" in text or "kipped" in text else self.reductions
         count[src] = count.get(src, 0) + 1
         if self.scale_start is None or line.lineno < self._start_line:  # in the log's order, though
             self.scale_start = before if before is not None else after  # a later pass reads a line

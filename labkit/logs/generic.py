@@ -105,6 +105,9 @@ _norm = records.norm
 # a unit, or an SI suffix glued to the number (``113.4k tok/s``, ``1.2M``): the value x 1e3, 1e6, 1e9
 _UNIT = r"(%|ms|sec|s|GiB|GB|MiB|MB|K|M|B|(?<=\d)[kG])?"
 _SI = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9}
+# a unit in brackets after a value, a rate's the name of what it measures (MLPerf SSD's ``training time:
+# 112.634 [ms], speed: 7954.944 [imgs/sec]``): read as ``112.634 ms``, ``7954.944 imgs/sec``
+_BRACKETED_UNIT = re.compile(r"(?<=\d) \[((?:ms|s|sec)|[A-Za-z]{1,12}/[A-Za-z]{1,12})\]")
 # a unit or a scale in brackets after the name: ``(ms)``, ``train/lr(1e-3):`` (the value x 1e-3)
 # (a time's unit there is the value's: verl's ``train/time(s):7.41``); a closing quote (PaddleDetection's
 # ``'loss': 78.4`` on a line that is no dict); a value in numpy's repr (verl's ``np.float64(0.65)``)
@@ -294,6 +297,8 @@ def _is_record(rec: dict[str, Any]) -> bool:
 def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
+    if " [" in text:  # a unit in brackets after its value: as without them
+        text = _BRACKETED_UNIT.sub(r" \1", text)
     data = "ata" in text and _DATA.search(text) is not None  # a time without a unit: seconds
     for m in NAME.finditer(text):
         group, name, per_device, qualifier = m.group(1), m.group(2), m.group(3), m.group(4)

@@ -126,6 +126,7 @@ _GLUED_RANK = re.compile(r"(?<=[\w.)\]])\[Rank \d{1,6}\] ")
 # process's watchdog line (``frame #2: ... (0x7f2d in /usr/local/lib/p[rank13]:[E216 ...] [Rank 3]
 # Watchdog caught ...``)
 _GLUED_TORCH = re.compile(r"(?<=\S)\[rank\d{1,6}\]:")
+_MAX_GLUED = 256  # messages split out of one line
 # Open MPI's --tag-output tag; ``mpirun`` tags each piece a process wrote, so a row printed by
 # several writes comes back as one line with the tag repeated inside it (nccl-tests:
 # ``[1,0]<stdout>:   8   2   float   sum   -1[1,0]<stdout>:    85.70    0.00 ...``): the tag of the
@@ -191,19 +192,22 @@ def split_glued(line: Line) -> tuple[Line, ...]:
         return (*(p for e in line.earlier for p in split_glued(e)),
                 *split_glued(Line(line.lineno, line.rank, line.text, line.host, line.width, line.logger,
                                   global_rank=line.global_rank)))
-    text = line.text
-    m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
-    if m is None and "]<std" in text:
-        m = _MPI_TAG.search(text, 1)
-    if m is None and "[Rank " in text:
-        m = _GLUED_RANK.search(text, 1)
-    if m is None and "[rank" in text:
-        m = _GLUED_TORCH.search(text, 1)
-    if m is None:
-        return (line,)
-    rest, rank, host, _, glob = _strip(text[m.start():])
-    return (Line(line.lineno, line.rank, text[:m.start()], line.host, line.width),
-            *split_glued(Line(line.lineno, rank, rest, host or line.host, line.width, global_rank=glob)))
+    out: list[Line] = []
+    while len(out) < _MAX_GLUED:  # (a line of glued prefixes and nothing else is no log's: bounded)
+        text = line.text
+        m = _GLUED.search(text, 1) if "]:" in text and "|" in text else None
+        if m is None and "]<std" in text:
+            m = _MPI_TAG.search(text, 1)
+        if m is None and "[Rank " in text:
+            m = _GLUED_RANK.search(text, 1)
+        if m is None and "[rank" in text:
+            m = _GLUED_TORCH.search(text, 1)
+        if m is None:
+            break
+        rest, rank, host, _, glob = _strip(text[m.start():])
+        out.append(Line(line.lineno, line.rank, text[:m.start()], line.host, line.width))
+        line = Line(line.lineno, rank, rest, host or line.host, line.width, global_rank=glob)
+    return (*out, line)
 
 
 def _unbar(m: re.Match) -> str:

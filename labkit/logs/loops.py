@@ -355,6 +355,14 @@ class Blocks:
         col._add_iteration(rec)
 
 
+def wanted(col: Any) -> bool:
+    """Whether to look for the step lines that hold no trigger word (add_lines, and generic.py's): in
+    a log with no record yet, or whose records all came from such lines (read where they sat beside a
+    trigger), or whose records with a loss all did (beside DeepSpeed's lossless ``step=N`` records),
+    so no other loop's records mix with them."""
+    return not col.n_iters or col.n_iters == col.loop_iters or generic.losses(col) == col.loop_losses
+
+
 def add_lines(col: Any, lines: Iterable[str] | Iterable[bytes], limit: int) -> None:
     """Add the records of the lines among the first ``limit`` bytes of ``lines`` that
     has_no_trigger takes to ``col`` (parse.py's collector; a record read already merges with its

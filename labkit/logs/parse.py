@@ -118,9 +118,8 @@ class _Collector:
         self.seen = Seen()  # tools, NCCL start-up, fp16 loss scale (findings.py)
         self.tables, self.blocks = nccltests.Tables(), loops.Blocks()  # nccl-tests output, OLMo records
         self.pending: dict[tuple, tuple[Line, int, bool]] = {}  # wrapped iteration lines, per source
-        self.n_iters = 0  # iteration records, and those of them read from loop lines (nanoGPT's)
-        self.loop_iters = 0
-        self.loop_losses = 0  # ... and those with a loss
+        # iteration records; of them, those from lines with no trigger word (nanoGPT's); and with a loss
+        self.n_iters = self.loop_iters = self.loop_losses = 0
         self.exact_steps: set[int] = set()  # steps read from a record glued after a progress bar
         self.errors = 0
         self.in_args = 0  # lines left in Megatron's argument block (read whole, no trigger words)
@@ -251,9 +250,9 @@ class _Collector:
         if loops.may_be_step_line(text):
             rec = loops.parse_step_line(text)
             if rec is not None:
-                untriggered = loops.has_no_trigger(text) or not _hit(text)
-                self.loop_iters += untriggered
-                self.loop_losses += untriggered and rec.get("lm_loss") is not None
+                if loops.has_no_trigger(text) or not _hit(text):
+                    self.loop_iters += 1
+                    self.loop_losses += rec.get("lm_loss") is not None
                 self._add_iteration(rec, line.rank)
                 return "%|" not in text  # a message glued to a progress bar is read too
         ch = nccl.parse_channel(text)
@@ -341,17 +340,10 @@ def parse_log(path: str | Path | Sequence[str | Path]) -> ParsedLog:
         for p in paths:
             feed_lines(col, iter_file(p), every=_EVERY_LINE_BYTES)
             col.flush()
-    elif _wants_loop_lines(col):
+    elif loops.wanted(col):
         for p in paths:
             loops.add_lines(col, iter_file(p), _EVERY_LINE_BYTES)
     return _result(col, [str(p) for p in paths], lambda: (ln for p in paths for ln in iter_file(p)))
-
-
-def _wants_loop_lines(col: _Collector) -> bool:
-    """Whether to look for the step lines that hold no trigger word (loops.has_no_trigger, and
-    generic.py's): in a log with no record yet, or whose records all came from such lines (read
-    where they sat beside a trigger), so no other loop's records mix with them (loops.add_lines)."""
-    return not col.n_iters or col.n_iters == col.loop_iters or generic.losses(col) == col.loop_losses
 
 
 def _found_nothing(col: _Collector) -> bool:
@@ -377,7 +369,7 @@ def parse_lines(lines: Iterable[str] | Iterable[bytes]) -> ParsedLog:
         col = _Collector(every=True)
         feed_lines(col, lines, every=_EVERY_LINE_BYTES)
         col.flush()
-    elif _wants_loop_lines(col):
+    elif loops.wanted(col):
         loops.add_lines(col, lines, _EVERY_LINE_BYTES)
     return _result(col, [], lambda: lines)
 

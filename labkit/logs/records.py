@@ -18,7 +18,8 @@ from typing import Any
 SEP = re.compile(r"[ _-]")
 # the counter's names as an object's keys
 _COUNTER_KEYS = frozenset({"global_step", "num_updates", "acc_iter", "step", "iteration", "iter", "it",
-                           "batch", "current_steps", "current_step"})
+                           "batch", "current_steps", "current_step",
+                           "step_num"})  # MLPerf's event metadata (``"epoch_num": 1, "step_num": 10``)
 # the steps planned (LLaMA-Factory's trainer_log.jsonl: ``"current_steps": 10, "total_steps": 1287``)
 _TOTAL_KEYS = ("total_steps", "max_steps", "total_iters", "train_iters")
 _EVAL_GROUP = re.compile(r"(?:val|valid|validation|eval|evaluation|test)/")

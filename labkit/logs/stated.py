@@ -91,13 +91,16 @@ _RANK_STATEMENTS = (
     # benchmarks' ``Number of GPUs: 1`` (hvd.size()); not a count per node
     (r"\b[Uu]sing (\d{1,7}) GPUs\b(?! per)", 1),
     (r"\bNumber of GPUs: (\d{1,7})\b", 1),
+    # an MPI program's communicator size (MLPerf's MXNet SSD: ``MPI size: 16``), its world
+    (r"\bMPI size: (\d{1,7})\b", 1),
     # a script's count of its workers: ``DDP: I am worker 2 of 8. My local rank is 2`` (a rank "of N",
     # ``Hi from rank 0 of 2``, states a rank, as ``Rank 3/8``: no statement)
     (r"\b[Ww]orker \d{1,7} of (\d{1,7})\b", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess", "total ", "orker ")
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess", "total ", "orker ",
+               "MPI size")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,

@@ -250,3 +250,26 @@ def test_mlperf_logs_steps_scales_and_bracketed_units():
     first = parsed.iterations.iloc[0]
     assert (first["elapsed_ms"], first["samples_per_sec"], parsed.layout["world_size"]) == (
         112.634, 7954.944, 16)
+
+
+@pytest.mark.parametrize("stem,steps,loss", [
+    # a Trainer's progress table pasted as a Markdown table: ``Step | Training Loss | Validation Loss |
+    # Accuracy`` over ``-- | -- | -- | --`` (m3hrdadfi/soxan#9): the validation columns aside
+    ("soxan9", 14, 0.6984),
+    # Turi Create's box table ``| Iteration    | Loss         | Elapsed Time |`` (apple/turicreate#2771)
+    ("turicreate2771", 7, 5.2557),
+])
+def test_a_table_drawn_with_pipes_gives_a_record_per_row(stem, steps, loss):
+    its = parse_log(_log("heldout5o", stem)).iterations
+    assert len(its) == steps and its["lm_loss"].iloc[0] == loss
+
+
+def test_torch_1s_thcudacheck_a_spaced_process_count_and_toks_per_device():
+    """``THCudaCheck FAIL file=/pytorch/torch/csrc/cuda/Module.cpp line=37 error=10 : invalid device
+    ordinal`` (TsinghuaAI/CPM-1-Finetune#36); accelerate's ``[INFO] Num processes:    2``
+    (Ankush610/Distributed-Training-Lab, Accelerate/.../logs/logs_25728.out at 2a2df38); lit-llama's
+    ``speed: 1771 toks/s/device`` (Lightning-AI/lit-llama#380)."""
+    assert _kinds(parse_log(_log("heldout5n", "cpm1finetune36"))) == ["cuda_error"]
+    assert parse_log(_log("heldout5n", "ankush610_25728")).layout["world_size"] == 2
+    its = parse_log(_log("heldout5m", "litllama380")).iterations
+    assert its["tokens_per_gpu_per_sec"].iloc[-1] == 1771.0

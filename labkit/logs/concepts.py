@@ -40,6 +40,7 @@ CONCEPTS = dict(NAMES) | {
     "total_grad_norm": "grad_norm", "grad_norm_total": "grad_norm",
     "it/s": "ups", "s/it": "s",  # tqdm's units as a name (ALBERT's ``-- It/s: 1.69``, MLX's ``It/sec``)
     "examples/s": "smp", "sequences/s": "smp", "seqs/s": "smp", "imgs/s": "smp",
+    "toks/s": "tok",  # lit-llama's ``speed: 1771 toks/s/device``
     # open_clip's ``Data (t): 14.173 Batch (t): 18.240``: a time named by what it timed
     "batch_(t)": "time", "step_(t)": "time", "iter_(t)": "time", "data_(t)": "none",
 } | {  # a unit of time per unit of work as the name (TensorFlow's ``(11381.4 examples/sec; 0.022

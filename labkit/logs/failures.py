@@ -49,7 +49,8 @@ class Failure:
 # --- single-line rules ------------------------------------------------------------------------
 _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
-                       r"|CUDA failure: (?P<fail>[^\n]{1,200})"
+                       r"|CUDA failure: (?P<fail>[^\n]{1,200})"  # torch 1.x's THC: THCudaCheck FAIL file=..
+                       r"|THCudaCheck FAIL .{0,400}? error=\d{1,4} : (?P<thc>.{1,200})"  # error=10 : ...
                        r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
                        # NCCL's transports on a CUDA call's error (code and string): ``failed to open
                        # CUDA IPC handle : 64 peer access is not supported ...`` (p2p), ``rank 0 failed
@@ -96,7 +97,6 @@ _DISK_FULL = re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded
 _KERNEL_TABLE = re.compile(r"inotify|fanotify|\b(?:add_)?watch\b"
                            r"|\b(?:epoll_ctl|semget|shmget|msgget|mq_open)\b")
 _BAD_CKPT = re.compile(r"checkpoint \S{1,1000} is truncated or corrupt")
-
 # torch's DataLoader on a worker's SIGBUS: ``ERROR: Unexpected bus error encountered in worker. This might
 # be caused by insufficient shared memory (shm).`` and ``DataLoader worker (pid 3216) is killed by signal:
 # Bus error. It is possible that dataloader's workers are out of shared memory.``
@@ -169,8 +169,8 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             if m.group("bus") or xid == "79":
                 return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
                                + _short(text), HINTS["gpu_lost"], key="cuda:bus")
-            what = (m.group("msg") or m.group("fail") or m.group("nccl") or m.group("dnn") or m.group("ipc")
-                    or m.group("quoted") or "")
+            what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted")
+                         if m.group(g)), "")
             named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
             rank = int(named.group(1)) if named else rank
             return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],

@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from labkit.logs import generic, megatron
+from labkit.logs.concepts import EVAL
 from labkit.logs.lines import split_glued
 
 _NUM = generic.NUM
@@ -82,7 +83,10 @@ _BLOCK_LINES = 400  # a longer run of pairs is no step's record (a config printe
 # ``Step<TAB>Img/sec<TAB>total_loss`` over ``1<TAB>images/sec: 47.9 +/- 0.0 (jitter = 0.0)<TAB>9.066``),
 # cells apart by a tab or by two blanks or more; each cell's first number is its column's value
 _CELLS = re.compile(r"\t|\s{2,}")
-_HEAD_CELL = re.compile(r"[A-Za-z][\w/.%()-]{0,40}")
+_HEAD_CELL = re.compile(r"[A-Za-z][\w/.%()-]{0,40}(?: [A-Za-z][\w/.%()-]{0,40}){0,3}")
+# a table drawn with pipes (a Markdown table: ``Step | Training Loss | ...`` over ``-- | -- | ...``;
+# Turi Create's box: ``| Iteration    | Loss         | Elapsed Time |``): its cells are between them
+_PIPED = re.compile(r"\s{0,8}\|?\s{0,40}[\w.-]{1,40}(?: [\w.-]{1,40}){0,3}\s{0,40}\|")
 _FIRST_NUMBER = re.compile(_NUM)
 
 
@@ -160,8 +164,10 @@ def offer(col: Any, line: Any) -> None:
     if recs.held is None and not recs.depth and (pair := _PAIR.fullmatch(line.text)):
         recs.block, recs.names = [line], {pair.group(1)}
         return
-    if "\t" in line.text or "  " in line.text.strip():
-        cells = _CELLS.split(line.text.strip())
+    piped = line.text.count("|") >= 2 and _PIPED.match(line.text) is not None
+    if "\t" in line.text or "  " in line.text.strip() or piped:
+        cells = ([c.strip() for c in line.text.strip().strip("|").split("|")] if piped
+                 else _CELLS.split(line.text.strip()))
         if recs.columns is not None and len(cells) == len(recs.columns) and cells[0].isdigit():
             _table_row(recs, line, cells)
             return
@@ -181,7 +187,7 @@ def _table_row(recs: Records, line: Any, cells: list[str]) -> None:
     parts = [f"{recs.columns[0]}: {cells[0]}"]
     for name, cell in zip(recs.columns[1:], cells[1:], strict=True):
         m = _FIRST_NUMBER.search(cell)
-        if m is not None:
+        if m is not None and not EVAL.search(name):  # (a row is a step's: its evaluation's columns aside)
             parts.append(f"{name}: {m.group()}")
     rec = generic.parse(", ".join(parts), recs)
     if rec is not None:

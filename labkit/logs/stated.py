@@ -78,7 +78,7 @@ _RANK_STATEMENTS = (
     # `` Num Ranks: 2`` (NCCL's ``comm ... rank 0 nranks 8`` and its collective trace's ``[nranks=2]`` are
     # one communicator's size: no statement)
     (r"(?<![\w\[-])(?i:num[_ ]?process(?:es)?|number_of_ranks|num[_ ]ranks|nranks)[\"']?"
-     r"(?:[ \t]{0,40}[=:|]{1,2}[ \t]{0,3}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
+     r"(?:[ \t]{0,40}[=:|]{1,2}[ \t]{0,12}|,[ \t]{0,2}\"value\":[ \t]{0,2})(\d{1,7})\b", 1),
     # in words: fairseq's ``training on 8 devices (GPUs/TPUs)`` (1.x; ``| training on 8 GPUs`` before),
     # timm's ``Training in distributed mode with multiple processes, 1 GPU per process. Process 0, total 8.``
     (r"\btraining on (\d{1,7}) (?:devices|GPUs)\b", 1),

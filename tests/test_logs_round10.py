@@ -273,3 +273,12 @@ def test_torch_1s_thcudacheck_a_spaced_process_count_and_toks_per_device():
     assert parse_log(_log("heldout5n", "ankush610_25728")).layout["world_size"] == 2
     its = parse_log(_log("heldout5m", "litllama380")).iterations
     assert its["tokens_per_gpu_per_sec"].iloc[-1] == 1771.0
+
+
+def test_a_scale_another_word_names_is_no_loss_scale():
+    """open_clip's ``... LR: 0.000000 Logit Scale: 100.000 - V4``
+    (mertyg/vision-language-models-are-bows#27): the temperature of its contrastive loss, not an fp16
+    loss scale."""
+    assert parse_log(_log("heldout5b", "bows27")).iterations["loss_scale"].isna().all()
+    its = parse_lines(["step 5, loss: 2.0, loss scale: 1024, lr: 0.1"]).iterations
+    assert its["loss_scale"].tolist() == [1024.0]

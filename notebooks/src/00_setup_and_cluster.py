@@ -51,16 +51,16 @@ if run_doctor:
 
 # %%
 import os
-import subprocess
 
+from labkit import slurmcli
 from labkit.site import resolve_cluster
 
 if backend == "slurm":
     prof = resolve_cluster(cluster)
-    env = {**os.environ, **({"SLURM_CONF": prof.slurm_conf} if prof.slurm_conf else {})}
     for cmd in (["sinfo", "-N", "-l"], ["squeue"]):
         print("$", " ".join(cmd))
-        print(subprocess.run(cmd, capture_output=True, text=True, env=env).stdout)
+        p = slurmcli.run(cmd, slurm_conf=prof.slurm_conf)  # (a missing command: exit 127, its message)
+        print(p.stdout if p.returncode == 0 else f"({slurmcli.why(p)})")
 else:
     print(f"local backend: {nodes} simulated node(s) x {gpus_per_node} process(es) on "
           f"{os.cpu_count()} CPU core(s) of this machine")

@@ -280,5 +280,6 @@ def test_a_scale_another_word_names_is_no_loss_scale():
     (mertyg/vision-language-models-are-bows#27): the temperature of its contrastive loss, not an fp16
     loss scale."""
     assert parse_log(_log("heldout5b", "bows27")).iterations["loss_scale"].isna().all()
-    its = parse_lines(["step 5, loss: 2.0, loss scale: 1024, lr: 0.1"]).iterations
-    assert its["loss_scale"].tolist() == [1024.0]
+    for line in ("step 5, loss: 2.0, loss scale: 1024, lr: 0.1",
+                 "step 5, loss: 2.0, current loss scale: 1024, lr: 0.1"):
+        assert parse_lines([line]).iterations["loss_scale"].tolist() == [1024.0]

@@ -80,7 +80,6 @@ _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{
 _NODE_FAIL = re.compile(r"(?:srun|salloc|sbatch)(?:-[\w.-]{1,60})?: error: Node failure on (\S{1,100})"
                         r"|Task launch for \S{1,60} failed on node (\S{1,100})|NODE_FAIL")
 _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
-_SIGKILL_LINE = re.compile(r"(?:^|\s)Killed(?:\s|$)|Signal 9 \(SIGKILL\)")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
 # an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``)
 _UNCAUGHT = re.compile(r"\bUncaught ([A-Za-z_]\w{0,80}(?:Error|Exception)): (.{1,500})")

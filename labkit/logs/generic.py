@@ -125,7 +125,8 @@ _BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT
 _DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time| ?\(t\))?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
 
 
-# a scale another word names is none of the loss's (open_clip's ``Logit Scale: 100.000``)
+# a bare ``scale`` another word names is none of the loss's (open_clip's ``Logit Scale: 100.000``;
+# ``current loss scale`` names the loss's)
 _OTHER_SCALE = re.compile(r"(?i)(?<![\w-])(?!loss|grad|dynamic)[a-z]{2,20}[ _-]$")
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
 _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
@@ -307,7 +308,8 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
         kind = concepts.kind(name, qualifier) if not group or not EVAL_PART.search("/" + group) else None
         if kind == "lm_loss" and qualifier[:1] == "/":  # a term (``loss/occ/loss_occ``): the record's
             kind = "loss"  # own ``loss:`` wins, as any name ending in loss
-        if kind is None or kind == "loss_scale" and _OTHER_SCALE.search(text, 0, m.start()):
+        if kind is None or kind == "loss_scale" and name.lower() == "scale" \
+                and _OTHER_SCALE.search(text, 0, m.start()):
             continue
         a = _AFTER.match(text, m.end())
         if a is None and kind in ("lm_loss", "loss") and (q := concepts.qualified(text, m.end())):

@@ -12,6 +12,7 @@ the next start resumes from that checkpoint like after any other stop. Megatron-
 
 from __future__ import annotations
 
+import os
 import signal
 
 STOPPED_EXIT_CODE = 75
@@ -49,6 +50,28 @@ class StopOnSignal:
         return int(flag.item())
 
 
+SIGTERM = {"pid": 0, "seen": False}
+"""The rank's own process (the one SIGTERM stops) and whether SIGTERM reached it."""
+
+
+def catch_sigterm() -> None:
+    """SIGTERM ends this rank with ``SystemExit(143)`` (128 + the signal), so that ``finally``
+    blocks run. torchrun, Slurm and the local backend stop a job with SIGTERM to every process,
+    so also to the helpers a rank forked to save checkpoints (the results queue's manager,
+    dist-checkpointing's writers). A helper that died first broke its rank's save: a crash
+    blamed on the rank, ranked above the cancel that caused it. A helper ignores it and ends
+    with its rank (``end_process``; SIGKILL after the grace of a cancel)."""
+    SIGTERM["pid"] = os.getpid()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum, frame) -> None:
+    if os.getpid() != SIGTERM["pid"]:
+        return  # a helper process forked from the rank
+    SIGTERM["seen"] = True
+    raise SystemExit(128 + signum)
+
+
 def stop_line(signum: int, iteration: int, train_iters: int, saved: str | None) -> str:
     """The one log line that says why the run stopped before train_iters."""
     what = f"saved checkpoint {saved}" if saved else "no checkpoint (LABKIT_SAVE_CHECKPOINTS=0)"
@@ -77,8 +100,8 @@ def end_process(exit_code: int) -> None:
 
     First it does what that teardown must still do: end the processes dist-checkpointing started
     (a multiprocessing manager), which would otherwise outlive the rank and hold its stdout open,
-    and flush stdout and stderr. A failing rank exits normally."""
-    import os
+    and flush stdout and stderr. They get SIGKILL: their work is done, and they ignore SIGTERM
+    (the engine's handler, see pretrain_gpt._on_sigterm). A failing rank exits normally."""
     import sys
 
     if exit_code not in (0, STOPPED_EXIT_CODE):
@@ -86,7 +109,7 @@ def end_process(exit_code: int) -> None:
     import multiprocessing
 
     for child in multiprocessing.active_children():
-        child.terminate()
+        child.kill()
         child.join(timeout=10)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -36,7 +36,6 @@ exit_code, and data_cache/ (megatron-core's GPTDataset sample index for this run
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import traceback
@@ -46,7 +45,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from engine_stop import STOPPED_EXIT_CODE, StopOnSignal, end_process  # noqa: E402
+from engine_stop import SIGTERM, STOPPED_EXIT_CODE, StopOnSignal, catch_sigterm, end_process  # noqa: E402
 
 # Slurm's warning signal (SIGUSR1) may come while torch still imports: from here on it is kept
 # for the first iteration boundary (engine_stop.py). It reaches every process of the job step,
@@ -286,10 +285,6 @@ def _write_exit_code(run_dir: Path, code: int) -> None:
         pass
 
 
-def _on_sigterm(signum, frame):  # torchrun stops the other ranks with SIGTERM
-    raise SystemExit(128 + signum)
-
-
 def _start_failed(argv: list[str] | None, exc: BaseException) -> int:
     """A config that cannot run: print why and leave exit_code beside config.json."""
     args = sys.argv[1:] if argv is None else argv
@@ -331,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         (run_dir / "exit_code").unlink(missing_ok=True)
         if not (run_dir / "config.json").exists():
             cfg.to_json(run_dir / "config.json")
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    catch_sigterm()
     on_cuda = cfg.device == "cuda"
     from engine_log import RunLog
     from engine_memory import (
@@ -363,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - report, write exit_code, re-exit non-zero
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         code = code or 1
-        if is_oom(exc):
+        if SIGTERM["seen"]:
+            pass  # what failed once SIGTERM arrived is the stop's consequence, not a cause
+        elif is_oom(exc):
             log.emit(oom_line(rank=rank, tp_rank=STATE["tp"], pp_rank=STATE["pp"],
                               phase=STATE["phase"], iteration=STATE["iteration"], exc=exc,
                               limit_gb=cfg.memory_limit_gb, on_cuda=on_cuda), err=True)

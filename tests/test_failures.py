@@ -171,6 +171,25 @@ def test_the_engines_own_sigterm_exit_is_a_consequence_of_the_cancel():
                                                                         "python_exception"]
 
 
+def test_an_exception_chained_into_a_stop_is_a_consequence_of_the_cancel():
+    # A real cancel of our engine on the local backend (2026-12-07, notebook 08's scenario; CI's
+    # diagnosis of it put such an exception ahead of the cancel). The cancel signals torchrun's
+    # process group, then each process: the second SIGTERM struck torchrun's handler of the first
+    # inside logging's cache lookup, and the traceback chains logging's KeyError: 30 between two
+    # SignalExceptions ("During handling of the above exception, another exception occurred").
+    log = FIX / "labkit_cancel_double_sigterm_2026.txt"
+    lines = log.read_text().splitlines()
+    key_error = lines.index("KeyError: 30") + 1
+    assert lines[key_error - 7] == "During handling of the above exception, another exception occurred:"
+    failures = diagnose(log, exit_code=1, job_state="CANCELLED")
+    assert failures[0].kind == "cancelled", [(f.kind, f.line, f.message) for f in failures]
+    chained = [f for f in failures if f.line == key_error]
+    assert [(f.kind, f.evidence) for f in chained] == [("python_exception", "stopping")]
+    assert "consequence" in chained[0].hint
+    # the same log without the scheduler's word: the stop's own exception leads, not the KeyError
+    assert parse_log(log).failure_records[0].message == "SystemExit: 143"
+
+
 def test_a_real_exception_stays_ahead_of_a_later_cancel():
     lines = ["[default0]:Traceback (most recent call last):",
              '[default0]:  File "train.py", line 3, in <module>',

@@ -262,6 +262,13 @@ def _descendants(root: int) -> list[tuple[int, int]]:
     return out
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 def _signal(pid: int, start: int, sig: int) -> None:
     if _alive(pid, start):
         try:
@@ -283,8 +290,9 @@ def cancel(job: Job, grace: float = 10.0) -> None:
             os.killpg(launcher[0], signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    for pid, start in members:
-        _signal(pid, start, signal.SIGTERM)
+    for pid, start in members:  # one SIGTERM each: a second one strikes torchrun's handler of the first
+        if launcher is None or _pgid(pid) != launcher[0]:
+            _signal(pid, start, signal.SIGTERM)
     procs = ([launcher] if launcher else []) + members
     end = time.time() + grace
     while time.time() < end and any(_alive(p, s) for p, s in procs):

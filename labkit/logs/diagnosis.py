@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from labkit.logs.exceptions import TERMINATED
 from labkit.logs.failures import HINTS, Failure
 from labkit.logs.megatron import _TIMESTAMP, parse_iteration
 from labkit.logs.parse import parse_lines, parse_log
@@ -23,11 +23,6 @@ _STATE_KIND = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "host_oom", "NODE_FAIL"
                "PREEMPTED": "preempted", "CANCELLED": "cancelled", "BOOT_FAIL": "node_failure",
                "DEADLINE": "time_limit"}
 _TAIL_BYTES = 4 << 20  # detect_hang reads at most the last 4 MiB
-# What a launcher or a rank says when the scheduler's SIGTERM/SIGINT reaches it: the effect of a
-# cancel, a time limit or a preemption, not its cause (torchrun: "SignalException: Process N got
-# signal: 15"; our engine's SIGTERM handler: "SystemExit: 143", 128 + the signal).
-_TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt"
-                         r"|SystemExit: 1(?:43|30)\b")
 _ENDED_BY_SCHEDULER = ("cancelled", "time_limit", "preempted")
 
 
@@ -61,7 +56,7 @@ def diagnose(log: str | Path | Iterable[str], *, exit_code: int | None = None,
     ranked = rank_failures(found)
     if any(f.kind in _ENDED_BY_SCHEDULER for f in ranked):
         # the scheduler's end comes before the signal exceptions it caused (a stable sort)
-        ranked.sort(key=lambda f: f.kind == "python_exception" and bool(_TERMINATED.search(f.message)))
+        ranked.sort(key=lambda f: f.kind == "python_exception" and bool(TERMINATED.search(f.message)))
     return ranked
 
 

@@ -167,6 +167,15 @@ def _tail_end(text: str, code: str) -> bool:
 
 
 _RAISE = re.compile(r"^\s{1,40}raise\s{1,4}([A-Za-z_][\w.]{0,200})\s{0,4}(?:\(|$)")
+# What a process raises when a signal stops it (torch elastic's ``SignalException: Process N got
+# signal: 15``, an interrupt, a SIGTERM handler's ``SystemExit: 143``, 128 + the signal): the effect
+# of a cancel, a time limit or a preemption, not its cause. An exception that a traceback chains
+# after one ("During handling of the above exception, another exception occurred") was raised
+# while the process stopped: a second signal that struck its handler (``KeyError: 30`` of
+# logging's cache, in a real cancel), a consequence too.
+TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt"
+                        r"|SystemExit: 1(?:43|30)\b")
+_CHAINED = ("During handling", "The above exception")
 
 
 class Tracebacks:
@@ -178,6 +187,9 @@ class Tracebacks:
         self.glued: dict[tuple, int] = {}  # source -> the line its glued tracebacks' last header is on
         self.indented: tuple[tuple, int] | None = None  # (source, line) of the last indented line
         self.code = ""  # the text of that line
+        self.link: dict[tuple, int] = {}  # source -> its last chain line ("During handling ...")
+        self.stopping: set[tuple] = set()  # sources whose traceback chain holds a stop's exception
+        self.after_stop = False  # the exception feed returned was chained after a stop's
 
     @property
     def busy(self) -> bool:
@@ -186,7 +198,12 @@ class Tracebacks:
     def feed(self, line: Line) -> str | None:
         text = line.text
         src = (line.rank, line.host)
+        self.after_stop = False
+        if text.startswith(_CHAINED):
+            self.link[src] = line.lineno
         if "Traceback (most recent call last)" in text:
+            if line.lineno - self.link.get(src, -9) > 2:
+                self.stopping.discard(src)  # a traceback of its own, not a chain's next link
             if src in self.open or text[0].isspace() and text.lstrip().startswith("Traceback"):
                 self.glued[src] = line.lineno
             self.open[src] = line.lineno
@@ -202,7 +219,7 @@ class Tracebacks:
             elif _QUALIFIED.match(text) or (after_code or line.lineno == 1) and _tail_end(text, code):
                 return text  # an exception line whose traceback the log cut (all of it, or all but the
                 # code line before it; an excerpt that starts at it: the log's first line)
-        if src not in self.open or not text or text.startswith(("During handling", "The above exception")):
+        if src not in self.open or not text or text.startswith(_CHAINED):
             return None
         if text[0].isspace():
             if text.lstrip().startswith("File "):
@@ -218,7 +235,12 @@ class Tracebacks:
             del self.glued[src]
         del self.open[src]
         self.frame.pop(src, None)
-        return text if m is not None else None
+        if m is None:
+            return None
+        self.after_stop = src in self.stopping
+        if TERMINATED.search(text):
+            self.stopping.add(src)
+        return text
 
     def cut(self) -> list[tuple[int | None, int, str | None]]:
         """The tracebacks the log ends inside, as (rank, first line, last frame); none open after."""

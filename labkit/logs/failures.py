@@ -38,7 +38,7 @@ class Failure:
     message: str
     hint: str
     count: int = 1
-    evidence: str = "log"  # "log" | "signal" (from exit -9) | "state" (Slurm) | "comm" | "cut"
+    evidence: str = "log"  # "log" | "signal" (from exit -9) | "state" (Slurm) | "comm" | "cut" | "stopping"
     key: str = field(default="", repr=False)
 
     def to_dict(self) -> dict:
@@ -219,13 +219,13 @@ def is_comm_consequence(message: str) -> bool:
     return _COMM_CONSEQUENCE.search(message) is not None
 
 
-def exception_failure(message: str, rank: int | None, line: int | None) -> Failure:
-    """An uncaught exception (``Name: text``): a python_exception, a communication error's as such."""
+def exception_failure(message: str, rank: int | None, line: int | None, stopping: bool = False) -> Failure:
+    """An uncaught exception (``Name: text``): a python_exception; a communication error's, or one
+    raised while a signal stopped the process (exceptions.TERMINATED), as such."""
     msg = _short(message)
-    comm = is_comm_consequence(msg)
-    hint = HINTS["comm_exception" if comm else "python_exception"]
-    return Failure("python_exception", rank, line, msg, hint, evidence="comm" if comm else "log",
-                   key=f"exc:{msg[:120]}")
+    comm = "stopping" if stopping else "comm" if is_comm_consequence(msg) else "log"
+    hint = HINTS["python_exception" if comm == "log" else f"{comm}_exception"]
+    return Failure("python_exception", rank, line, msg, hint, evidence=comm, key=f"exc:{msg[:120]}")
 
 
 _KILLS = ("sigkill", "slurm-oom", "ray-oom")  # host_oom keys of a process killed, not of an error it raised
@@ -377,7 +377,7 @@ class FailureScanner:
     def _traceback(self, line: Line, text: str, matched: bool) -> None:
         exc = self._tb.feed(line)
         if exc is not None and not matched and "ChildFailedError" not in text:
-            self.add(exception_failure(exc, line.rank, line.lineno))  # no specific rule explains it
+            self.add(exception_failure(exc, line.rank, line.lineno, self._tb.after_stop))  # no rule says more
 
     def close(self) -> None:
         """The end of the log: a traceback still open was cut before its exception line, which the

@@ -35,6 +35,9 @@ HINTS = {
                         "given line.",
     "comm_exception": "a communication error, usually a consequence: another rank died first - look at "
                       "its failure.",
+    "stopping_exception": "raised while a signal stopped the process (a cancel, a time limit, a "
+                          "preemption, or its launcher stopping its workers): a consequence - the "
+                          "signal's sender is the cause.",
     "cancelled": "the job was cancelled (scancel or a user/admin action); resubmit if unintended.",
     "hang": "no new iteration for longer than the hang timeout: a rank is stuck (deadlock, mismatched "
             "collectives, dead peer). Cancel the job, rerun with NCCL_DEBUG=INFO and "

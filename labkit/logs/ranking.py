@@ -9,7 +9,7 @@ def _priority(f: Failure) -> int:
     if f.kind in ("gpu_oom", "cuda_error", "node_failure", "disk_full", "bad_checkpoint") or (
             f.kind == "host_oom" and f.evidence != "signal"):
         return 0
-    if f.kind == "python_exception" and f.evidence not in ("comm", "cut"):
+    if f.kind == "python_exception" and f.evidence not in ("comm", "cut", "stopping"):
         return 1
     if f.kind in ("nccl_timeout", "hang"):
         return 2
@@ -17,7 +17,8 @@ def _priority(f: Failure) -> int:
         return 3
     if f.kind == "host_oom":  # inferred from SIGKILL only
         return 4
-    if f.kind == "python_exception":  # a communication error's, or one whose exception line is cut
+    if f.kind == "python_exception":  # a communication error's, one whose exception line is cut, or
+        # one raised while a signal stopped the process
         return 5
     return 6  # child_failed
 

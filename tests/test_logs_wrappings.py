@@ -66,11 +66,14 @@ def _write(tmp_path: Path, lines: list[str]) -> Path:
 @pytest.mark.parametrize("name", LOGS)
 def test_prefixes_give_the_same_facts(name, tmp_path):
     lines = _lines(name)
+    want: dict[int | None, dict] = {}  # the log's own facts, by the rank the prefix names
     for label, prefix in PREFIXES.items():
         rank = 3 if label.startswith("srun") else None
         each = (prefix,) if isinstance(prefix, str) else prefix
         got = _facts(_write(tmp_path, [each[i % len(each)] + line for i, line in enumerate(lines)]), rank)
-        assert got == _facts(REAL / name, rank), label
+        if rank not in want:
+            want[rank] = _facts(REAL / name, rank)
+        assert got == want[rank], label
 
 
 @pytest.mark.parametrize("name", LOGS)

@@ -66,7 +66,7 @@ NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?
 # a named counter; not inside a word (warmup_steps, train_steps, iteration_step, max_iter)
 _COUNTERS = r"(?:global|g)[ _](?:step|iter(?:ation)?)|num_updates|acc_iter|step|iteration|iter|it|batch"
 _COUNTER = re.compile(r"(?<![\w/.-])(?i:" + _COUNTERS + r")(?i:\(train\))?"
-                      r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
+                      r"(?:\s{0,4}[:=#|,]\s{0,12}|\s{1,12})[\[(]?\s{0,12}(\d{1,3}(?:,\d{3}){1,3}|\d{1,12})(?:\.0{1,8})?(?![\d.]|[,.]\d)"
                       r"(?:\s{0,12}/\s{0,12}(\d{1,12})(?![\d.]))?")
 # a batch counter within an epoch: the epoch (named, or the first of two bracketed pairs), then
 # ``B/M`` (in brackets or parentheses, or followed by ``batches``): ``Epoch: [1]  [1480/1504]``,
@@ -193,7 +193,7 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
     m = counter(text)
     e = _EPOCH.search(text) if "/" in text else None
     if m is not None:
-        rec = {"iteration": int(m.group(1))}
+        rec = {"iteration": count(m)}
         if m.group(2):
             rec["train_iters"] = int(m.group(2))
             epochs.mark(text, m, rec)
@@ -264,6 +264,11 @@ def counter(text: str) -> re.Match | None:
     return max([first, *rest], key=lambda m: int(m.group(2) or -1))  # (the first of equals)
 
 
+def count(m: re.Match) -> int:
+    """The step a counter (``counter``) names; BasicSR prints thousands separators (``iter: 505,000``)."""
+    return int(m.group(1).replace(",", ""))
+
+
 def without_counters(text: str) -> str:
     """``text`` with its step counters taken out."""
     return _COUNTER.sub(" ", text)
@@ -274,7 +279,7 @@ def fields(text: str) -> dict[str, Any]:
     after a progress bar that names the step (NeMo's DLLogger line ``DLL ... - 0 reduced_train_loss :
     12.94...  lr : 0.0  global_step : 0.0  ...  grad_norm : 14.86...``)."""
     m = counter(text)
-    rec = _metrics(text, {"iteration": int(m.group(1))} if m else {})
+    rec = _metrics(text, {"iteration": count(m)} if m else {})
     settle(rec)
     rec.pop("_memory", None)
     return rec

@@ -126,7 +126,7 @@ class Records(list):
         if rec is None and cut and text is not None and not self.wrap and not indent \
                 and (self.paired or not alone):
             m = generic.counter(text)
-            rec = {"iteration": int(m.group(1))} if m else None
+            rec = {"iteration": generic.count(m)} if m else None
             if m and m.group(2):
                 rec["train_iters"] = int(m.group(2))
         if rec is not None:

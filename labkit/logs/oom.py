@@ -23,8 +23,9 @@ TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT
 SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}
 LABKIT_OOM = re.compile(r"\[labkit\] out of memory on rank (\d{1,6})")
+# (Rust's allocator, before it aborts the process: ``memory allocation of 2097152 bytes failed``)
 CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp|std::bad_alloc"
-                     r"|^MemoryError\b|Cannot allocate memory")
+                     r"|^MemoryError\b|Cannot allocate memory|\bmemory allocation of \d{1,20} bytes failed")
 SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
                        r"|Out of memory: Kill(?:ed)? process")

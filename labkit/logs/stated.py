@@ -93,6 +93,9 @@ _RANK_STATEMENTS = (
     (r"\bNumber of GPUs: (\d{1,7})\b", 1),
     # an MPI program's communicator size (MLPerf's MXNet SSD: ``MPI size: 16``), its world
     (r"\bMPI size: (\d{1,7})\b", 1),
+    # PyTorch Lightning's banner once every rank joined (its world): ``All distributed processes
+    # registered. Starting with 32 processes``
+    (r"\bprocesses registered\. Starting with (\d{1,7}) processes\b", 1),
     # a script's count of its workers: ``DDP: I am worker 2 of 8. My local rank is 2`` (a rank "of N",
     # ``Hi from rank 0 of 2``, states a rank, as ``Rank 3/8``: no statement)
     (r"\b[Ww]orker \d{1,7} of (\d{1,7})\b", 1),

@@ -1,0 +1,55 @@
+"""Round thirteen, each reading on the real lines it came from (sources named at each test; the
+whole logs are in tests/fixtures/logs/heldout5*/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labkit.logs import parse_log
+
+HELD = Path(__file__).parent / "fixtures" / "logs"
+
+
+def _log(folder: str, stem: str) -> Path:
+    (path,) = (HELD / folder).glob(f"*{stem}.txt")
+    return path
+
+
+def test_megatron_memory_reports_named_by_what_they_bracket_are_rows_of_their_iteration():
+    # Megatron-LM's report_memory(name) around a checkpoint save, CSCS Alps, 2026 (elena-lyulina/
+    # Megatron-LM-Attention-Benchmark, attn_bench/logs/2561509.out): ``0: [Rank 0] (before
+    # save_checkpoint for iteration 5) memory (MB) | allocated: 454.89 | ...`` and ``(after
+    # save_checkpoint for iteration 5)``, beside the usual ``(after 1 iterations)`` rows.
+    memory = parse_log(_log("heldout5p", "elyulina")).memory
+    assert memory["iteration"].tolist() == [1, 2, 5, 5, 10, 10, 15, 15]
+    assert memory["allocated_mb"].tolist()[2:5] == [454.89, 454.89, 455.52]
+    assert set(memory["rank"]) == {0}
+
+
+def test_a_counter_with_thousands_separators_is_one_number():
+    # BasicSR's ``{current_iter:8,d}`` (chxy95/HDRUNet#12, 2021): ``21-08-10 11:12:37.463 - INFO:
+    # <epoch:193, iter: 505,000, lr:5.000e-05, , time:51.837> l_pix: 7.5744e-03``, the validation's
+    # ``<epoch:193, iter: 505,000> psnr: ...`` no step of its own
+    its = parse_log(_log("heldout5o", "hdrunet12")).iterations
+    assert its["iteration"].tolist() == list(range(505_000, 505_800, 100))
+    assert its["lr"].tolist() == [5e-05] * 8
+
+
+def test_lightnings_banner_states_the_world():
+    # PyTorch Lightning's banner, all it printed of a 32-process NeMo job (NVIDIA-NeMo/NeMo#13996):
+    # ``All distributed processes registered. Starting with 32 processes`` between two dash rules:
+    # a log, not refused
+    parsed = parse_log(_log("heldout5s", "nemo13996"))
+    assert parsed.layout["world_size"] == 32
+    assert not parsed.failure_records
+
+
+def test_rusts_failed_allocation_is_the_hosts_memory():
+    # a Rust extension's allocator before it aborts (microsoft/DeepSpeedExamples#321, 2023):
+    # ``memory allocation of 2097152 bytes failed`` from three processes (two glued), then the
+    # DeepSpeed launcher's ``sigkill_handler ... Killing subprocess N``
+    path = _log("heldout5t", "dsexamples321")
+    lines = path.read_text().splitlines()
+    failures = parse_log(path).failure_records
+    assert {f.kind for f in failures} == {"host_oom"}
+    assert "bytes failed" in lines[failures[0].line - 1]

@@ -53,3 +53,28 @@ def test_rusts_failed_allocation_is_the_hosts_memory():
     failures = parse_log(path).failure_records
     assert {f.kind for f in failures} == {"host_oom"}
     assert "bytes failed" in lines[failures[0].line - 1]
+
+
+def test_a_launchers_progress_lines_are_a_programs_output_not_refused():
+    # MaxText's multihost_runner.py (google/maxtext#30, 2023): ``Starting multihost runner...``,
+    # ``2 slices found.``, ``[t=0.00, SCP] Completed 0/2, slice 0 worker 0 still working...``: no time
+    # stamp, no level, no tool labkit knows; a log all the same, with nothing found in it
+    parsed = parse_log(_log("heldout5w", "maxtext30"))
+    assert [f["kind"] for f in parsed.findings] == ["no_iteration"]
+    assert not parsed.failure_records and parsed.iterations.empty
+
+
+def test_mpiruns_signal_9_with_a_pid_the_user_hid_is_the_sigkill_guess():
+    # Open MPI's report under Horovod, with the PID and node the user blanked in the post
+    # (Kay1794/Aware-of-the-history#2, 2022): ``mpirun noticed that process rank 1 with PID xxxxxx on node
+    # xxxxxxxx exited on signal 9 (Killed).``
+    failures = parse_log(_log("heldout5x", "aware_history2")).failure_records
+    assert sorted((f.kind, f.rank) for f in failures) == [("child_failed", 1), ("host_oom", 1)]
+
+
+def test_a_log_collectors_node_prefix_is_a_prefix():
+    # ms-swift's multi-node job through a log collector (modelscope/ms-swift#7345, 2026): ``2026-01-09
+    # 17:40:31.169312 master-0 >> [rank7]:   File ".../torch/distributed/c10d_logger.py", line 81,
+    # in wrapper``: rank 7's traceback, cut at both ends by the post
+    failures = parse_log(_log("heldout5v", "msswift7345")).failure_records
+    assert [(f.kind, f.rank) for f in failures] == [("python_exception", 7)]

@@ -94,10 +94,12 @@ _SCALE_FLOOR = re.compile(r"loss scale already at minimum|[Mm]inimum loss scale 
 _DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
 # A program's output, by the shape of a line, where no line names a tool labkit knows (XLA's, Paddle's,
 # TensorFlow's, a script's own prints): a time of day, a log level, glog/absl's ``I1205 17:47:11``,
-# a process's ``(pid=N)``, an exception, the shell's word for a crash.
+# a process's ``(pid=N)``, an exception, the shell's word for a crash; a status that goes on (MaxText's
+# ``Starting multihost runner...``), a count of work done (``Completed 0/2``, ``100%``).
 _OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b"
                      r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback"
-                     r"|Killed|Aborted|Segmentation fault|core dumped")
+                     r"|Killed|Aborted|Segmentation fault|core dumped|\w\.\.\.\s*$|\b[Cc]ompleted \d{1,9}/\d"
+                     r"|\b\d{1,3}%\s")
 # A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment
 _CONFIG_LINE = re.compile(r"\s*(?:#|;|- |[\w.\"'-]{1,80}(?::(?:\s|$)|\s{0,4}=)|\[[\w. -]{1,80}\]\s*$)")
 _OUTPUT_BYTES = 8 << 20  # what program_output looks at, from the start
@@ -247,10 +249,10 @@ class Seen:
         if iterations == 0 and failures == 0 and self.output_line and not self.tools \
                 and not self.skipped_steps and self.floor_line is None:
             out.append({"kind": "no_iteration", "line": self.output_line,
-                        "message": f"a program's output (time stamps, log levels, errors) with no line "
-                                   f"of a tool labkit reads (NCCL, torch, DeepSpeed, Megatron/NeMo, "
-                                   f"HF, Slurm, CUDA, the training loops it knows): no iteration or "
-                                   f"failure found (last line {self.output_line})"})
+                        "message": f"a program's output (time stamps, log levels, errors, progress) "
+                                   f"with no line of a tool labkit reads (NCCL, torch, DeepSpeed, "
+                                   f"Megatron/NeMo, HF, Slurm, CUDA, the training loops it knows): no "
+                                   f"iteration or failure found (last line {self.output_line})"})
         if iterations == 0 and failures == 0 and self.tools and not self.skipped_steps:
             out.append(self._stopped())
         if self.skipped_steps:

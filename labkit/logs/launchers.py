@@ -45,8 +45,9 @@ WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero stat
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
+# (a PID a user hid in a post: ``with PID xxxxxx``)
 _MPI_SIGNAL = re.compile(r"(?:mpirun|orterun|prterun|mpiexec)(?:\.real)? noticed that process rank (\d{1,7}) "
-                         r"with PID \d{1,12} on node \S{0,255} ?exited on signal (\d{1,3})")
+                         r"with PID \S{1,20} on node \S{0,255} ?exited on signal (\d{1,3})")
 _MPI_EXIT = ("job  terminated normally, but", "job terminated normally, but",
              "processes exited with non-zero")
 

@@ -53,7 +53,7 @@ def misses(d: dict, want: dict) -> list[str]:
             out.append(f"nccl {k} {d['nccl'][k]}")
     out += _table_misses(d["nccl"].get("tests") or [], want["nccl"].get("tests"))
     kinds = sorted({f["kind"] for f in d["failures"]})
-    if kinds != want["failures"]["kinds"]:
+    if kinds != sorted(want["failures"]["kinds"]):  # a set of kinds, in whatever order it was written
         out.append(f"failures {kinds}")
     for kind, n in want["failures"].get("counts", {}).items():
         if sum(f["kind"] == kind for f in d["failures"]) != n:
@@ -63,7 +63,7 @@ def misses(d: dict, want: dict) -> list[str]:
             out.append(f"{kind} rank")
     if "findings" in want:
         found = d.get("findings", [])
-        if sorted({f["kind"] for f in found}) != want["findings"]["kinds"]:
+        if sorted({f["kind"] for f in found}) != sorted(want["findings"]["kinds"]):
             out.append(f"findings {[f['kind'] for f in found]}")
         elif "skipped_steps" in want["findings"] and max(
                 f.get("skipped_steps", 0) for f in found) != want["findings"]["skipped_steps"]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from labkit.logs import parse_log
 
 HELD = Path(__file__).parent / "fixtures" / "logs"
@@ -78,3 +80,36 @@ def test_a_log_collectors_node_prefix_is_a_prefix():
     # in wrapper``: rank 7's traceback, cut at both ends by the post
     failures = parse_log(_log("heldout5v", "msswift7345")).failure_records
     assert [(f.kind, f.rank) for f in failures] == [("python_exception", 7)]
+
+
+def test_a_rich_traceback_box_cut_at_its_top_ends_at_its_exception_line():
+    # accelerate's rich traceback on Windows (bmaltais/kohya_ss#1347, 2023): the excerpt starts inside
+    # the box (``│ ❱ 1013 │ ... raise RuntimeError("Distributed package doesn't have NCCL " "built in")``),
+    # ``╰───...``, then ``RuntimeError: Distributed package doesn't have NCCL built in`` and the agent's
+    # ``failed (exitcode: 1) local_rank: 0``
+    path = _log("heldout6a", "kohya1347")
+    lines = path.read_text().splitlines()
+    failures = parse_log(path).failure_records
+    assert sorted(f.kind for f in failures) == ["child_failed", "python_exception"]
+    (exc,) = [f for f in failures if f.kind == "python_exception"]
+    assert lines[exc.line - 1] == "RuntimeError: Distributed package doesn't have NCCL built in"
+
+
+@pytest.mark.parametrize("stem", ["automl563", "polyaxon657"])
+def test_horovods_stall_warning_is_a_hang(stem):
+    # Horovod's stall inspector behind mpirun's ``[1,0]<stderr>:`` (google/automl#563; polyaxon#657, its
+    # message split by the tags): ``One or more tensors were submitted to be reduced, gathered or
+    # broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds.
+    # ... which will cause deadlock.``, then ``Stalled ranks:``
+    assert [f.kind for f in parse_log(_log("heldout5z", stem)).failure_records] == ["hang"]
+
+
+@pytest.mark.parametrize("folder,stem", [("heldout5z", "gigl217"), ("heldout5o", "xla8588")])
+def test_cloud_loggings_prefix_and_its_unindented_frames(folder, stem):
+    # Google Cloud Logging's export of Vertex AI jobs (Snapchat/GiGL#217, pytorch/xla#8588):
+    # ``ERROR 2025-07-25T19:28:34.134390639Z [resource.labels.taskName: workerpool0-0] File
+    # ".../multiprocessing/process.py", line 315, in _bootstrap``, its code line ``self.run()`` at the
+    # margin too (the export strips the blanks); the excerpt ends inside the traceback: one
+    # exception the log cuts
+    failures = parse_log(_log(folder, stem)).failure_records
+    assert [(f.kind, f.evidence) for f in failures] == [("python_exception", "cut")]

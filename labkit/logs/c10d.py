@@ -17,7 +17,9 @@ What ProcessGroupNCCL prints, over torch 1.8 to 2.9 (ProcessGroupNCCL.cpp), read
   being unexpectedly blocking``. No collective ran past its timeout (no SeqNum): the process is stuck.
 
 Any other program's own word that it waits and is stuck is a ``hang`` too (XLA's rendezvous: ``This
-thread has been waiting for `initialize clique ...` for 10 seconds and may be stuck``).
+thread has been waiting for `initialize clique ...` for 10 seconds and may be stuck``; Horovod's stall
+inspector: ``... are waiting for remainder of ranks for more than 60 seconds. This may indicate ...
+which will cause deadlock.``).
 
 The watchdog's exception is printed again where it ends the process, without the launcher's prefix:
 ``terminate called after throwing an instance of 'c10::DistBackendError'`` / ``what():  [PG 3 Rank 2]
@@ -37,7 +39,7 @@ import re
 
 _SAYS_STUCK = re.compile(r"(?i)\b(?:may|might|could|must) be (?:stuck|hung|hanging|deadlocked)\b"
                          r"|\b(?:is|are|seems?|appears?)(?: to be)? (?:stuck|hung|deadlocked)\b"
-                         r"|\bdeadlock detected\b")
+                         r"|\bdeadlock detected\b|\bwill (?:cause|lead to) (?:a )?deadlock\b")
 WATCHDOG = "aught collective operation timeout"  # Watchdog caught / Caught (1.6-1.7)
 _BLOCKING = "timed out in blocking wait"
 _SEQ = re.compile(r"SeqNum=(\d{1,12})")

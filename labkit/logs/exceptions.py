@@ -50,6 +50,7 @@ _MAX_LINES = 400  # a record this long is no error record (a config dump): close
 # right after a frame's line of the same source (its code, indented 4, or ``File``; not C++'s
 # ``  what():  ...``) ends a traceback whose header the log cut.
 _FRAME = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}, in ')
+_MARGIN_FRAME = re.compile(r'^File "[^"]{1,500}", line \d{1,7}\b')
 _QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception):\s{1,4}\S")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
 # An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
@@ -176,6 +177,10 @@ _RAISE = re.compile(r"^\s{1,40}raise\s{1,4}([A-Za-z_][\w.]{0,200})\s{0,4}(?:\(|$
 TERMINATED = re.compile(r"SignalException|got signal:? *(?:15|2|SIGTERM|SIGINT)\b|KeyboardInterrupt"
                         r"|SystemExit: 1(?:43|30)\b")
 _CHAINED = ("During handling", "The above exception")
+# rich's traceback (accelerate, typer, kohya_ss): a box drawn round the frames, ``╭─── Traceback (most
+# recent call last) ───╮``, ``│ ❱ 1013 │   raise RuntimeError(...)  │``, ``╰───╯``; the exception's own
+# line follows the box
+_BOX = "│╰┃┗"
 
 
 class Tracebacks:
@@ -190,6 +195,7 @@ class Tracebacks:
         self.link: dict[tuple, int] = {}  # source -> its last chain line ("During handling ...")
         self.stopping: set[tuple] = set()  # sources whose traceback chain holds a stop's exception
         self.after_stop = False  # the exception feed returned was chained after a stop's
+        self.margin: dict[tuple, int] = {}  # source -> the line of its last frame at the margin
 
     @property
     def busy(self) -> bool:
@@ -216,12 +222,20 @@ class Tracebacks:
                 self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
             if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
                 self.open[src] = line.lineno
+            elif text[0] in _BOX and "\u2771" in text:  # rich's ``❱`` at a frame's line, its box's top cut:
+                self.open[src] = self.glued[src] = line.lineno  # open, ended by an exception's own line
+                return None
             elif _QUALIFIED.match(text) or (after_code or line.lineno == 1) and _tail_end(text, code):
                 return text  # an exception line whose traceback the log cut (all of it, or all but the
                 # code line before it; an excerpt that starts at it: the log's first line)
         if src not in self.open or not text or text.startswith(_CHAINED):
             return None
-        if text[0].isspace():
+        if _MARGIN_FRAME.match(text) or (self.margin.get(src) == line.lineno - 1
+                                         and _EXC_LINE.match(text) is None):
+            if text.startswith("File "):  # a frame at the margin: a log collector stripped the blanks
+                self.frame[src], self.margin[src] = text.strip(), line.lineno  # (Cloud Logging's)
+            return None  # or that frame's code line
+        if text[0].isspace() or text[0] in _BOX:  # a frame's line, or a rich box's (its frames drawn)
             if text.lstrip().startswith("File "):
                 self.frame[src] = text.strip()
             return None

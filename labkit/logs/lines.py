@@ -91,6 +91,7 @@ _PREFIX = re.compile(
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
     r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
     r"|[A-Za-z](?=[\w.-]{0,60}\d)[\w.-]{0,60} >> "                    # a log collector's node: master-0 >>
+    r"|\[resource\.labels\.\w{1,40}: [\w.-]{1,80}\] "                 # Cloud Logging's task (Vertex AI)
     r"|`(?=[^`\s])"                                                   # a Markdown inline code's backtick
     r"|>(?: |$)"                                                      # a Markdown or e-mail quote's marker
     r"|\[" + _LEVEL + r"\|[^\]\n]{0,300}\]: "                       # nanotron [INFO|DP=0|PP=0|TP=0]:

@@ -101,7 +101,7 @@ def end_process(exit_code: int) -> None:
     First it does what that teardown must still do: end the processes dist-checkpointing started
     (a multiprocessing manager), which would otherwise outlive the rank and hold its stdout open,
     and flush stdout and stderr. They get SIGKILL: their work is done, and they ignore SIGTERM
-    (the engine's handler, see pretrain_gpt._on_sigterm). A failing rank exits normally."""
+    (``catch_sigterm``). A failing rank exits normally."""
     import sys
 
     if exit_code not in (0, STOPPED_EXIT_CODE):

@@ -223,9 +223,9 @@ def exception_failure(message: str, rank: int | None, line: int | None, stopping
     """An uncaught exception (``Name: text``): a python_exception; a communication error's, or one
     raised while a signal stopped the process (exceptions.TERMINATED), as such."""
     msg = _short(message)
-    comm = "stopping" if stopping else "comm" if is_comm_consequence(msg) else "log"
-    hint = HINTS["python_exception" if comm == "log" else f"{comm}_exception"]
-    return Failure("python_exception", rank, line, msg, hint, evidence=comm, key=f"exc:{msg[:120]}")
+    evidence = "stopping" if stopping else "comm" if is_comm_consequence(msg) else "log"
+    hint = HINTS["python_exception" if evidence == "log" else f"{evidence}_exception"]
+    return Failure("python_exception", rank, line, msg, hint, evidence=evidence, key=f"exc:{msg[:120]}")
 
 
 _KILLS = ("sigkill", "slurm-oom", "ray-oom")  # host_oom keys of a process killed, not of an error it raised

@@ -262,7 +262,7 @@ def parse_validation(text: str) -> dict[str, Any] | None:
 # --- memory report lines ----------------------------------------------------------------------
 # Megatron-LM's report_memory(name): ``[Rank 0] (after 5 iterations) memory (MB) | ...``; any name
 # that holds an iteration is a row of it (``(before save_checkpoint for iteration 5)``, 2026)
-_MEM = re.compile(r"(?:\[Rank (\d{1,6})\] )?\(?((?:after (\d{1,12}) iterations)|[a-z][\w ]{0,80}?"
+_MEM = re.compile(r"(?:\[Rank (\d{1,6})\] )?\(?(?:after (\d{1,12}) iterations|[a-z][\w ]{0,80}?"
                   r"\biteration (\d{1,12}))\)? memory \(MB\)")
 _MEM_FIELDS = {"allocated": "allocated_mb", "max allocated": "max_allocated_mb",
                "reserved": "reserved_mb", "max reserved": "max_reserved_mb"}
@@ -275,7 +275,7 @@ def parse_memory(text: str) -> dict[str, Any] | None:
     if m is None:
         return None
     rec: dict[str, Any] = {"rank": int(m.group(1)) if m.group(1) else None,
-                           "iteration": int(m.group(3) or m.group(4))}
+                           "iteration": int(m.group(2) or m.group(3))}
     for part in text[m.end():].split("|"):
         label, sep, value = part.rpartition(":")
         col = _MEM_FIELDS.get(_label(label)) if sep else None

@@ -91,6 +91,9 @@ _RANK_STATEMENTS = (
     # benchmarks' ``Number of GPUs: 1`` (hvd.size()); not a count per node
     (r"\b[Uu]sing (\d{1,7}) GPUs\b(?! per)", 1),
     (r"\bNumber of GPUs: (\d{1,7})\b", 1),
+    # gpt-neox's launcher, once, from its hostfile and the visible devices: ``INFO:ConfigMonster:Total
+    # number of GPUs determined to be: 8`` (its global_num_gpus, the world)
+    (r"\b[Nn]umber of GPUs determined to be: (\d{1,7})\b", 1),
     # an MPI program's communicator size (MLPerf's MXNet SSD: ``MPI size: 16``), its world
     (r"\bMPI size: (\d{1,7})\b", 1),
     # PyTorch Lightning's banner once every rank joined (its world): ``All distributed processes
@@ -110,6 +113,50 @@ _RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess",
 # ``self.seq_dp_world_size=8``): the first is the data-parallel group's size, DP; the model-parallel
 # group's is not split into TP and PP, and a sequence-parallel run's seq_dp group is another group
 _DP_WORLD = re.compile(r"(?<![\w-])dp_world_size\s{0,2}[=:]\s{0,2}(\d{1,7})\b")
+
+
+# DeepSpeed's pipeline engine, on rank 0 of every pipelined run (Megatron-DeepSpeed, gpt-neox), names
+# each rank's coordinates: ``Using topology: {ProcessCoord(pipe=0, data=0, model=0): 0, ...,
+# ProcessCoord(pipe=1, data=7, model=0): 15}``; each axis's size is its largest coordinate + 1, and the
+# ranks listed are the world. Read only where the line ends with its ``}`` (a line cut short lists a
+# part of the world). An axis of another name (``sequence=``) of size above 1: no statement.
+_TOPOLOGY = re.compile(r"Using topology: \{((?:ProcessCoord\([a-z=\d, ]{1,80}\): \d{1,7}(?:, |\}))+)\s*$")
+_COORD = re.compile(r"ProcessCoord\(([a-z=\d, ]{1,80})\): (\d{1,7})")
+_AXES = {"pipe": "pp", "data": "dp", "model": "tp"}
+
+
+def topology(text: str) -> dict[str, int]:
+    """The layout of DeepSpeed's ``Using topology: {...}`` line (_TOPOLOGY), else empty."""
+    m = _TOPOLOGY.search(text)
+    if m is None:
+        return {}
+    largest: dict[str, int] = {}
+    ranks = set()
+    for coord, rank in _COORD.findall(m.group(1)):
+        ranks.add(int(rank))
+        for axis, _, value in (part.partition("=") for part in coord.split(", ")):
+            largest[axis] = max(largest.get(axis, 0), int(value or 0))
+    out = {_AXES[a]: v + 1 for a, v in largest.items() if a in _AXES}
+    if any(v > 0 for a, v in largest.items() if a not in _AXES) or len(out) != len(_AXES) \
+            or out["pp"] * out["dp"] * out["tp"] != len(ranks) or ranks != set(range(len(ranks))):
+        return {}
+    return {**out, "world_size": len(ranks)}
+
+
+# gpt-neox's config keys: ``pipe-parallel-size`` (or ``pipe_parallel_size``; 0 is its setting for no
+# pipeline) and ``model-parallel-size``, its tensor parallel size, printed together in a dict, JSON or
+# YAML (``'pipe-parallel-size': 1, 'model-parallel-size': 1``). Read only where one line names both:
+# NeMo's model_parallel_size alone is TP x PP.
+_NEOX = re.compile(r"""(?<![\w-])['"]?(pipe|model)[-_]parallel[-_]size['"]?\s{0,2}[:=]\s{0,2}"""
+                   r"(\d{1,6})(?![\d.])")
+
+
+def neox_sizes(text: str) -> dict[str, int]:
+    """TP and PP from a gpt-neox config's keys on one line (_NEOX), else empty."""
+    found = dict(_NEOX.findall(text))
+    if set(found) != {"pipe", "model"}:
+        return {}
+    return {"pp": int(found["pipe"]) or 1, "tp": int(found["model"])}
 
 
 def stated_rank_count(text: str) -> int | None:
@@ -211,7 +258,8 @@ def _ras_processes(names: str, units: str, values: str) -> int | None:
 # every word launcher_flags looks for before its patterns: the flags', the world's, the rank
 # statements' and the meshes' (``world=``, ``dp_world_size`` hold ``orld``; short names' ``TP``), the RAS
 # summary's units (its line of values, the next one, is read with it)
-_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", "TP", "tp", _TOTAL, *_RANK_WORDS)
+_HEAD_WORDS = ("parallel", "MEMBER: ", "orld", "ORLD", "device mesh", "TP", "tp", _TOTAL, "ProcessCoord(",
+               *_RANK_WORDS)
 _DIGIT_BLIND = str.maketrans("123456789", "000000000")
 _ENGINE_WORDS = ("rollout", "inference", "vllm", "sglang")  # _SERVING's sections
 _AUTOMATON = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in (*_HEAD_WORDS, *_ENGINE_WORDS)])
@@ -220,9 +268,9 @@ _AUTOMATON = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in (*_HEAD_WORDS,
 def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYTES) -> dict[str, int]:
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
     value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
-    program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD), the
-    sizes in words (_SIZE_WORDS), and the sizes of a device mesh or of a program's ``world=N tp=T
-    dp=D`` statement."""
+    program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD) and
+    its pipeline topology (_TOPOLOGY), gpt-neox's config keys (_NEOX), the sizes in words
+    (_SIZE_WORDS), and the sizes of a device mesh or of a program's ``world=N tp=T dp=D`` statement."""
     out: dict[str, int] = {}
     serving = _Serving()
     last = ["", ""]  # the two lines read before this one (a RAS summary's headers)
@@ -294,6 +342,12 @@ def _worded(head: list) -> list:
 
 def _read_flags(text: str, out: dict[str, int]) -> None:
     """The sizes one line states, into ``out`` (the first value of each wins)."""
+    if "Using topology: {" in text:
+        for key, v in topology(text).items():
+            out.setdefault(key, v)
+    if "pipe" in text and "parallel" in text:
+        for key, v in neox_sizes(text).items():
+            out.setdefault(key, v)
     if "parallel" in text:
         for m in _FLAG.finditer(text):
             if m.group(1) == "model" and not m.group(0).startswith("--"):

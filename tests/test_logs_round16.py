@@ -1,0 +1,56 @@
+"""Round sixteen: layouts stated by DeepSpeed's pipeline engine and gpt-neox's launcher, each
+reading checked on the real lines it came from (sources in each folder's README.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.logs import parse_log
+from labkit.logs.stated import neox_sizes, topology
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+TOPOLOGY = sorted(p for p in LOGS.rglob("*.txt") if b"Using topology: {" in p.read_bytes())
+
+
+def _line(path: Path, words: str) -> str:
+    return next(ln for ln in path.read_text(errors="replace").splitlines() if words in ln)
+
+
+def test_the_corpus_holds_topology_lines_of_several_layouts():
+    assert len(TOPOLOGY) >= 8
+    assert len({json.dumps(topology(_line(p, "Using topology: {"))) for p in TOPOLOGY}) >= 5
+
+
+@pytest.mark.parametrize("path", TOPOLOGY, ids=lambda p: f"{p.parent.name}/{p.name[:60]}")
+def test_deepspeeds_topology_line_gives_the_layout_read_by_hand(path):
+    # ``Using topology: {ProcessCoord(pipe=0, data=0, model=0): 0, ..., ProcessCoord(pipe=1, data=7,
+    # model=0): 15}`` (Megatron-DeepSpeed and gpt-neox runs, behind whatever prefix their launcher put)
+    want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
+    got = topology(_line(path, "Using topology: {"))
+    assert got == {k: want[k] for k in ("world_size", "tp", "pp", "dp")}
+
+
+def test_a_topology_line_cut_short_states_nothing():
+    # the same line cut where a collector or a terminal would cut it: the ranks listed are a part
+    # of the world, so no layout is read from it
+    line = _line(LOGS / "real" / "bigscience_gpt2-meg-ds-3d__meg_ds_3d_gpt2_perf_n16-ds-on.txt",
+                 "Using topology: {")
+    assert topology(line)["world_size"] == 64
+    assert topology(line[:1000]) == {}
+    # the last rank dropped and the brace put back: the axes make 64 ranks, the line lists 63
+    assert topology(line[:line.rindex(", ProcessCoord")] + "}") == {}
+
+
+def test_gpt_neox_states_its_gpus_and_its_config_keys():
+    # gpt-neox's deepy.py (EleutherAI/gpt-neox#227, 2021): ``INFO:ConfigMonster:Total number of GPUs
+    # determined to be: 1``, then its config as a dict with ``'pipe-parallel-size': 1,
+    # 'model-parallel-size': 1``: a one-GPU run, not a log without a layout
+    (path,) = (LOGS / "heldout6b").glob("*neox227.txt")
+    assert parse_log(path).layout == {"world_size": 1, "tp": 1, "pp": 1, "dp": 1, "cp": None}
+    # gpt-neox's YAML inside its args dump (Llemma, 2024): ``"pipe_parallel_size": 0,\n
+    # "model_parallel_size": 2`` (0: no pipeline)
+    (llemma,) = (LOGS / "heldout3o").glob("gpt_neox_2024*.txt")
+    assert neox_sizes(_line(llemma, "config_files ....")) == {"pp": 1, "tp": 2}

@@ -54,3 +54,35 @@ def test_gpt_neox_states_its_gpus_and_its_config_keys():
     # "model_parallel_size": 2`` (0: no pipeline)
     (llemma,) = (LOGS / "heldout3o").glob("gpt_neox_2024*.txt")
     assert neox_sizes(_line(llemma, "config_files ....")) == {"pp": 1, "tp": 2}
+
+
+def test_terminates_of_two_ranks_are_two_timeouts_a_subgroups_any_ranks():
+    # torch 1.x (NVIDIA/nccl#719, 2022, inside a log viewer's box): no watchdog line logged, then
+    # ``terminate called ...`` / ``what():  [Rank 0] Watchdog caught collective operation timeout:
+    # WorkNCCL(SeqNum=1, ...)`` and the same for ``[Rank 1]``: two ranks' timeouts, two events
+    (path,) = (LOGS / "heldout6e").glob("*nccl719.txt")
+    timeouts = [f for f in parse_log(path).failure_records if f.kind == "nccl_timeout"]
+    assert [(f.rank, f.count) for f in timeouts] == [(0, 1), (1, 1)]
+    # torch 2.0 (huggingface/transformers#26724, 2023): the logger's own ``[E ProcessGroupNCCL.cpp:915]
+    # [Rank 2] NCCL watchdog thread terminated with exception: [Rank 2] Watchdog caught ...`` line
+    # after rank 0's: an event, not a repeat
+    (path,) = (LOGS / "heldout6g").glob("*transformers26724.txt")
+    assert [f.rank for f in parse_log(path).failure_records if f.kind == "nccl_timeout"] == [0, 2]
+    # a subgroup's ``what():  [PG 1 Rank 0]`` repeats the timeout its rank's own line logged with the
+    # process's rank (``[rank4]:``): one event per rank, sixteen ranks (heldout4w, sc24 tutorial)
+    (path,) = (LOGS / "heldout4w").glob("torch_2025_vit_perlmutter*.txt")
+    want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["failures"]["counts"]
+    assert sum(f.kind == "nccl_timeout" for f in parse_log(path).failure_records) == want["nccl_timeout"]
+
+
+@pytest.mark.parametrize("stem, world", [
+    # torch's c10d before 2.0 without its ``Rank N:`` prefix (OpenAccess-AI-Collective/axolotl#1041,
+    # three machines): ``Completed store-based barrier for key:store_based_barrier_key:2 with 6 nodes.``
+    ("axolotl1041", 6),
+    # fairseq's banner over the devices gathered from every rank (facebookresearch/fairseq#2385, two
+    # nodes): ``***********************CUDA enviroments for all 8 workers***********************``
+    ("fairseq2385", 8),
+])
+def test_a_ranks_count_in_the_programs_own_words_is_the_world(stem, world):
+    (path,) = (LOGS / "heldout6g").glob(f"*{stem}.txt")
+    assert parse_log(path).layout["world_size"] == world

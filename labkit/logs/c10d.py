@@ -21,7 +21,8 @@ thread has been waiting for `initialize clique ...` for 10 seconds and may be st
 inspector: ``... are waiting for remainder of ranks for more than 60 seconds. This may indicate ...
 which will cause deadlock.``).
 
-The watchdog's exception is printed again where it ends the process, without the launcher's prefix:
+The watchdog's exception is printed again where it ends the process, without the launcher's prefix
+or the logger's source file:
 ``terminate called after throwing an instance of 'c10::DistBackendError'`` / ``what():  [PG 3 Rank 2]
 Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught ...``; its ranks are
 a process group's, so it is the event of any rank already read with its sequence number (a new one
@@ -46,6 +47,7 @@ _SEQ = re.compile(r"SeqNum=(\d{1,12})")
 _OPTYPE = re.compile(r"OpType=(\w{1,40})")
 _RAN_FOR = re.compile(r"Timeout\(ms\)=(\d{1,12})\) ran for (\d{1,12}) milliseconds")
 _RANK_IN = re.compile(r"\[(?:PG (?:ID )?(\d{1,6})[^\]\[]{0,80}? )?Rank (\d{1,6})\]")
+_SUBGROUP = re.compile(r"\[PG (?:ID )?(?!0\b)\d{1,6}\b")  # a process group other than 0 (the world)
 _WORK_TIMEOUT = re.compile(r"Timeout at NCCL work: (\d{1,12})")
 _GLOO_TIMEOUT = re.compile(r"[Tt]imed out waiting (\d{1,12})\s?ms for (\w{1,20}) operation")
 # the heartbeat monitor's lines (module docstring); "stuck for N seconds" where the line says it
@@ -79,10 +81,14 @@ def match(text: str, rank: int | None, own: bool = False) -> Match | None:
             desc += f" (SeqNum={seq.group(1)})"
         if ran:
             desc += f", timeout {int(ran.group(1)) / 1000:g} s, ran for {int(ran.group(2)) / 1000:g} s"
-        # C++'s repeat of the exception, its rank a process group's unless torch's prefix named the process
-        what = not own and seq and ("what():" in text or "terminated with exception" in text)
+        # C++'s repeat of the exception, its rank a process group's unless torch's prefix named the
+        # process; the logger's own line of it (``[E ProcessGroupNCCL.cpp:915] [Rank 2] NCCL watchdog
+        # thread terminated with exception: ...``, before 2.3) names its source file: an event
+        what = not own and seq and ("what():" in text or "terminated with exception" in text
+                                    and "ProcessGroupNCCL.cpp:" not in text)
         which = seq.group(1) if seq else (op.group(1) if op else "")
-        return ("nccl_timeout", rank, desc, "nccl_timeout", f"{'wd-what' if what else 'wd'}:{rank}:{which}")
+        tag = ("wd-what-pg" if _SUBGROUP.search(text) else "wd-what") if what else "wd"
+        return ("nccl_timeout", rank, desc, "nccl_timeout", f"{tag}:{rank}:{which}")
     if "Timeout at NCCL work: " in text:
         m = _WORK_TIMEOUT.search(text)
         if m:  # the same event as its watchdog line (its SeqNum), where that is in the log
@@ -105,8 +111,13 @@ def match(text: str, rank: int | None, own: bool = False) -> Match | None:
 
 
 def repeated(key: str, rank: int | None, known: list[str]) -> tuple[str, int | None]:
-    """The key and rank of a ``what():``'s repeat of a watchdog timeout (``wd-what:RANK:SEQ``, its rank a
-    process group's): the event of any rank read with its sequence number, else an event of its own."""
-    seq = key.rsplit(":", 1)[1]
-    same = next((k for k in known if k.startswith("wd:") and k.endswith(f":{seq}")), None)
-    return (same, None) if same is not None else ("wd" + key[7:], rank)
+    """The key and rank of a ``what():``'s repeat of a watchdog timeout (``wd-what:RANK:SEQ``): the event
+    of its rank read with its sequence number; where its rank is a process group's other than the
+    world's (``wd-what-pg:``, ``[PG 3 Rank 1]``) or unnamed, the event of any rank read with that number;
+    else an event of its own (``[Rank 1]``'s, where only rank 0's timeout was logged)."""
+    tag, _, seq = key.split(":")
+    if tag == "wd-what-pg" or rank is None:
+        same = next((k for k in known if k.startswith("wd:") and k.endswith(f":{seq}")), None)
+    else:
+        same = next((k for k in known if k == f"wd:{rank}:{seq}"), None)
+    return (same, None) if same is not None else (f"wd:{rank}:{seq}", rank)

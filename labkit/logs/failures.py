@@ -268,7 +268,7 @@ class FailureScanner:
         return self._tb.busy or self._records.busy or self._child_left > 0
 
     def add(self, f: Failure) -> Failure:
-        if f.key.startswith("wd-what:"):  # a what():'s repeat of a watchdog's timeout
+        if f.key.startswith("wd-what"):  # a what():'s repeat of a watchdog's timeout
             f.key, f.rank = c10d.repeated(f.key, f.rank, [k for kind, k in self._by_key if kind == f.kind])
         k = (f.kind, f.key)
         old = self._by_key.get(k)

@@ -96,6 +96,9 @@ _RANK_STATEMENTS = (
     (r"\b[Nn]umber of GPUs determined to be: (\d{1,7})\b", 1),
     # an MPI program's communicator size (MLPerf's MXNet SSD: ``MPI size: 16``), its world
     (r"\bMPI size: (\d{1,7})\b", 1),
+    # fairseq's banner over every rank's device, gathered from all of them: ``***CUDA enviroments for
+    # all 8 workers***`` (its spelling)
+    (r"\bCUDA envi\w{0,5}ments for all (\d{1,7}) workers\b", 1),
     # PyTorch Lightning's banner once every rank joined (its world): ``All distributed processes
     # registered. Starting with 32 processes``
     (r"\bprocesses registered\. Starting with (\d{1,7}) processes\b", 1),
@@ -105,8 +108,8 @@ _RANK_STATEMENTS = (
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern
-_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess", "total ", "orker ",
-               "MPI size")
+_RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess", "total ", "orker",
+               "MPI size", "store-based barrier")
 
 
 # DeepSpeed's engine's ``distributed groups summary`` (``self.dp_world_size=8``, ``self.mp_world_size=1``,

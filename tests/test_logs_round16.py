@@ -86,3 +86,17 @@ def test_terminates_of_two_ranks_are_two_timeouts_a_subgroups_any_ranks():
 def test_a_ranks_count_in_the_programs_own_words_is_the_world(stem, world):
     (path,) = (LOGS / "heldout6g").glob(f"*{stem}.txt")
     assert parse_log(path).layout["world_size"] == world
+
+
+def test_two_processes_out_of_memory_at_one_size_on_two_devices_are_two_events():
+    # DeepSpeed ZeRO-2 on two nodes (shibing624/MedicalGPT#318, 2023): two processes' ``torch.cuda
+    # .OutOfMemoryError: CUDA out of memory. Tried to allocate 8.01 GiB. GPU 6 has a total capacty
+    # ...`` and ``... GPU 1 ...``, each split after ``torch.cuda`` by the other's output, no rank prefix
+    (path,) = (LOGS / "heldout6f").glob("deepspeed_zero2_2023*.txt")
+    ooms = [f for f in parse_log(path).failure_records if f.kind == "gpu_oom"]
+    assert [f.count for f in ooms] == [1, 1] and [f.line for f in ooms] == [2, 3]
+    # and our engine's line (no device) with torch's error after it (``GPU 0 has a total capacity``)
+    # stay one event: a real capped run on an H100 (tests/fixtures/logs/gpu/)
+    ooms = [f for f in parse_log(LOGS / "gpu" / "labkit_h100_350m_cuda_oom_capped_2026.txt").failure_records
+            if f.kind == "gpu_oom"]
+    assert [(f.rank, f.count, f.line) for f in ooms] == [(0, 2, 19)]

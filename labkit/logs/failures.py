@@ -15,17 +15,16 @@ what launchers say about their workers (torchrun, DeepSpeed, mpirun) in launcher
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from labkit.logs import c10d, launchers
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
-from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, RAY_OOM, SHM, SHM_CALL, SLURM_OOM, oom_key
+from labkit.logs.oom import CPU_OOM, GPU_OOM, LABKIT_OOM, RAY_OOM, SHM, SHM_CALL, SLURM_OOM, oom_key, same_oom
 
-KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted",
-         "node_failure", "child_failed", "python_exception", "cancelled", "hang", "disk_full",
-         "bad_checkpoint")
+KINDS = ("gpu_oom", "host_oom", "nccl_timeout", "cuda_error", "time_limit", "preempted", "node_failure",
+         "child_failed", "python_exception", "cancelled", "hang", "disk_full", "bad_checkpoint")
 
 
 @dataclass
@@ -42,8 +41,7 @@ class Failure:
     key: str = field(default="", repr=False)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        return {k: d[k] for k in ("kind", "rank", "line", "message", "hint")}
+        return {k: getattr(self, k) for k in ("kind", "rank", "line", "message", "hint")}
 
 
 # --- single-line rules ------------------------------------------------------------------------
@@ -270,6 +268,8 @@ class FailureScanner:
     def add(self, f: Failure) -> Failure:
         if f.key.startswith("wd-what"):  # a what():'s repeat of a watchdog's timeout
             f.key, f.rank = c10d.repeated(f.key, f.rank, [k for kind, k in self._by_key if kind == f.kind])
+        elif f.key.startswith("oom:"):  # torch's error naming its device, the engine's line none
+            f.key = same_oom(f.key, [k for kind, k in self._by_key if kind == f.kind])
         k = (f.kind, f.key)
         old = self._by_key.get(k)
         # a Slurm cancellation is the job's, whichever task's label it carries: one event

@@ -47,17 +47,38 @@ SHM_CALL = re.compile(r"^\s.{0,200}\b(?:SemLock|sem_open|shm_open|SharedMemory"
                       r"|_share_(?:fd|filename)\w{0,8})\(")
 
 
+# the device torch's CUDA error names: ``GPU 6 has a total capacity of 79.33 GiB`` (2.x), ``(GPU 0;
+# 10.76 GiB total capacity; ...)`` (1.x)
+_DEVICE = re.compile(r"\bGPU (\d{1,4}) has a total capac|\(GPU (\d{1,4}); ")
+
+
 def oom_key(text: str) -> str:
     """One out-of-memory event's key: the size it tried to allocate, written the way PyTorch's
     allocator writes sizes (its ``format_size``: ``590.00 MiB``), so that the engine's line
-    (``tried to allocate 618659840 bytes``) and torch's own error after it are one event."""
+    (``tried to allocate 618659840 bytes``) and torch's own error after it are one event; then the
+    device where torch's error names one (``@GPU 6``): processes of a data-parallel job run out at
+    the same size, each on its own device (same_oom)."""
     t = TRIED.search(text)
     if t is None:
         return "oom:"
+    d = _DEVICE.search(text)
+    at = f"@GPU {d.group(1) or d.group(2)}" if d else ""
     n = float(t.group(1)) * SIZE_UNITS[t.group(2)]
     if n <= 2 ** 10:
-        return f"oom:{int(n)} bytes"
+        return f"oom:{int(n)} bytes{at}"
     for scale, unit in ((2 ** 10, "KiB"), (2 ** 20, "MiB")):
         if n <= scale * 2 ** 10:
-            return f"oom:{n / scale:.2f} {unit}"
-    return f"oom:{n / 2 ** 30:.2f} GiB"
+            return f"oom:{n / scale:.2f} {unit}{at}"
+    return f"oom:{n / 2 ** 30:.2f} GiB{at}"
+
+
+def same_oom(key: str, known: list[str]) -> str:
+    """The key of the event an out-of-memory line repeats, among the ``known`` keys: its own; a line
+    naming a device repeats the line of that size naming none (the engine's, before torch's error),
+    and a line naming none the first of that size."""
+    if key in known:
+        return key
+    size = key.split("@")[0]
+    if "@" in key:
+        return size if size in known else key
+    return next((k for k in known if k.split("@")[0] == size), key)

@@ -4,6 +4,7 @@ reading checked on the real lines it came from (sources in each folder's README.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,16 @@ def test_two_processes_out_of_memory_at_one_size_on_two_devices_are_two_events()
     ooms = [f for f in parse_log(LOGS / "gpu" / "labkit_h100_350m_cuda_oom_capped_2026.txt").failure_records
             if f.kind == "gpu_oom"]
     assert [(f.rank, f.count, f.line) for f in ooms] == [(0, 2, 19)]
+
+
+DUMPED_MP = sorted(p for p in LOGS.rglob("*.txt") if p.with_name(p.stem + ".expected.json").exists()
+                   and re.search(rb"\n\s*(?:\S+ )?\s*model_parallel_size \.{3,} *\d", p.read_bytes()))
+
+
+@pytest.mark.parametrize("path", DUMPED_MP, ids=lambda p: f"{p.parent.name}/{p.name[:60]}")
+def test_an_argument_dumps_model_parallel_size_is_tp(path):
+    # gpt-neox's dump (EleutherAI/gpt-neox#792: ``model_parallel_size ............. 2``, beside
+    # ``pipe_parallel_size .............. 1``), Megatron-DeepSpeed's ZeRO runs (BigScience)
+    want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
+    assert parse_log(path).layout["tp"] == want["tp"] is not None
+    assert len(DUMPED_MP) >= 3

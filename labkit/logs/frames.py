@@ -14,7 +14,9 @@ ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "glob
                 "consumed_samples", "loss_scale", "grad_norm", "skipped", "nan", "tflops_per_gpu",
                 "samples_per_sec", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu", "timestamp"]
 LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
-_ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp",
+# (an argument dump's model_parallel_size is TP: Megatron v1's, gpt-neox's beside its pipe_parallel_size;
+# Megatron 2 on prints it None)
+_ARG_LAYOUT = {"world_size": "world_size", "tensor_model_parallel_size": "tp", "model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "pipe_parallel_size": "pp",  # Megatron-DeepSpeed
                "data_parallel_size": "dp", "context_parallel_size": "cp"}
 

@@ -114,3 +114,12 @@ def test_an_argument_dumps_model_parallel_size_is_tp(path):
     want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
     assert parse_log(path).layout["tp"] == want["tp"] is not None
     assert len(DUMPED_MP) >= 3
+
+
+def test_a_step_time_with_its_unit_after_the_value_is_read_in_that_unit():
+    # Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge#5306, 2026), one record over four lines:
+    # ``iteration 5/50 | elapsed time per iteration: 21392.5 ms |`` / ``learning rate: ...``
+    (path,) = (LOGS / "heldout6h").glob("megatron_bridge_2026*.txt")
+    its = parse_log(path).iterations
+    assert its["iteration"].tolist() == [5] and its["elapsed_ms"].tolist() == [21392.5]
+    assert its["lr"].tolist() == [1.35e-4] and its["global_batch_size"].tolist() == [4096]

@@ -35,6 +35,8 @@ NAMES = {
     "sec/step": "s", "s/step": "s", "ms/step": "ms", "ms/batch": "ms", "s/iter": "s", "ms/iter": "ms",
     "time/iter": "s", "time_per_iter": "s",  # a time per iteration without a unit: seconds
     "time_per_step": "s",
+    # ``elapsed time per iteration: 21392.5 ms`` (Megatron-Bridge, the unit after the value): its unit
+    "elapsed_time_per_iteration": "time", "time_per_iteration": "time", "elapsed_time_per_step": "time",
     "batch_cost": "s", "reader_cost": "none",  # PaddlePaddle's suites: seconds a batch, its data's part
     "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",

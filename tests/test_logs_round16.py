@@ -123,3 +123,12 @@ def test_a_step_time_with_its_unit_after_the_value_is_read_in_that_unit():
     its = parse_log(path).iterations
     assert its["iteration"].tolist() == [5] and its["elapsed_ms"].tolist() == [21392.5]
     assert its["lr"].tolist() == [1.35e-4] and its["global_batch_size"].tolist() == [4096]
+
+
+def test_horovodruns_prefix_names_the_rank_and_its_report_of_a_workers_exception_is_one():
+    # horovodrun under Slurm (horovod/horovod#2097, 2020): ``Fri Sep 25 16:52:57 2020[1]<stderr>:User
+    # function raise error: 2 root error(s) found.``: rank 1's function raised (TensorFlow's error)
+    (path,) = (LOGS / "heldout6i").glob("horovod_2020*.txt")
+    failures = parse_log(path).failure_records
+    assert [(f.kind, f.rank) for f in failures] == [("python_exception", 1)]
+    assert "2 root error(s) found" in failures[0].message

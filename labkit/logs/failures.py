@@ -79,8 +79,9 @@ _NODE_FAIL = re.compile(r"(?:srun|salloc|sbatch)(?:-[\w.-]{1,60})?: error: Node 
                         r"|Task launch for \S{1,60} failed on node (\S{1,100})|NODE_FAIL")
 _TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
-# an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``)
-_UNCAUGHT = re.compile(r"\bUncaught ([A-Za-z_]\w{0,80}(?:Error|Exception)): (.{1,500})")
+# an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``);
+# horovod.run's of what a worker's function raised: ``User function raise error: 2 root error(s) found.``
+_UNCAUGHT = re.compile(r"(?:Uncaught (\w{1,80}(?:Error|Exception))|User function (raise error)): (.{1,500})")
 _COMM_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|DistBackendError"
                                r"|communicator was aborted|recvBytes|Socket Timeout|ProcessGroup"
                                r"|gloo/transport|NCCL error|DistNetworkError|DistStoreError")
@@ -202,10 +203,10 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             return Failure("disk_full", rank, None, _short(text), HINTS["disk_full"], key="disk")
     if "failed to extend" in text and SHM.search(text):  # NCCL's shmutils.cc: /dev/shm could not grow
         return _shm_full(text, rank)
-    if "Uncaught " in text:
+    if "Uncaught " in text or "function raise error" in text:
         m = _UNCAUGHT.search(text)
         if m:
-            msg = f"{m.group(1)}: {m.group(2)}"
+            msg = f"{m.group(1) or m.group(2)}: {m.group(3)}"
             return Failure("python_exception", rank, None, _short(msg), HINTS["python_exception"],
                            key=f"exc:{msg[:120]}")
     if "truncated or corrupt" in text and _BAD_CKPT.search(text):

@@ -11,7 +11,8 @@ process printed, plus the rank the wrapper told us about:
     pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
     NCCL                  ``node12:4242:4300 text``, ``1000123:4242:4300`` (host:pid:tid, any host)
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank; SageMaker's
-                          ``[1,mpirank:0,algo-1]<stdout>:``)
+                          ``[1,mpirank:0,algo-1]<stdout>:``; horovodrun's rank alone,
+                          ``Fri Sep 25 16:52:57 2020[1]<stderr>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
     Ray                   ``(CommandActor pid=494406) text``, ``(Worker pid=7, ip=10.0.0.2) text``
                           (TorchX's ``ray/0 `` before it; the ip is the host; NeMo RL's
@@ -76,7 +77,8 @@ _PREFIX = re.compile(
     #                                 (Lightning); indented where a page's code block holds the log
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
     r"|\[[A-Za-z_][\w-]{0,31}\|(?P<r6>\d{1,6})\]: ?"           # TorchX [trainer0|3]:
-    r"|\[\d{1,6},(?:mpirank:)?(?P<r3>\d{1,6})(?:,[\w.-]{1,80})?\]<std(?:out|err)>: ?"  # Open MPI
+    r"|\[(?:\d{1,6},(?:mpirank:)?)?(?P<r3>\d{1,6})(?:,[\w.-]{1,80})?\]<std(?:out|err)>: ?"  # Open MPI,
+    #                                 horovodrun's [1]<stderr>: (its rank), after its ctime stamp below
     r"|\s{0,6}(?P<r4>\d{1,6}): "                               # srun --label
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
     r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
@@ -88,6 +90,8 @@ _PREFIX = re.compile(
     r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "   # a time of day (vLLM's: 04-07 00:57:46)
     r"|\[(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d\] "  # ColBERT's
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2}"
+    r" \d\d:\d\d:\d\d \d{4} ?(?=\[\d)"                             # horovodrun's: Fri Sep 25 16:52:57 2020[1]
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;
     r"(?P<lg5>[\w./-]{1,160}):\d{1,7}\] "  # DINOv2's (I20250104 12:12:42 90 dinov2 helpers.py:102] )
     r"|[A-Za-z](?=[\w.-]{0,60}\d)[\w.-]{0,60} >> "                    # a log collector's node: master-0 >>

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.logs import parse_log
-from labkit.logs.stated import neox_sizes, topology
+from labkit.logs.deepspeed import neox_sizes, topology
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 TOPOLOGY = sorted(p for p in LOGS.rglob("*.txt") if b"Using topology: {" in p.read_bytes())

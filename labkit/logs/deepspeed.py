@@ -8,6 +8,10 @@ hostfile's world (``WORLD INFO DICT: {'worker-0': [0, 1, 2, 3], ...}``) and
 (``[runner.py:...] cmd = pdsh -S -f 1024 -w node1,node2 ... --world_info=eyJ...``). With pdsh every
 line carries its host (``node1: [...] [INFO] [launch.py:146:main] ...``; lines.py removes it).
 
+Its pipeline engine names every rank's coordinates (``Using topology: {ProcessCoord(pipe=0, data=0,
+model=0): 0, ...}``), and gpt-neox's config its sizes by its own keys: both state the layout
+(stated.py reads them with the other statements).
+
 Steps numbers the records of one log: DeepSpeed's ``step=N`` lines, its timers, and the Hugging
 Face Trainer's logging dicts (hf.py), which name no step of their own.
 """
@@ -205,3 +209,47 @@ class Steps:
         for src, rec in held:
             seen[src] = rec["iteration"] = seen.get(src, 0) + 1
         return [rec for _, rec in held]
+
+
+# DeepSpeed's pipeline engine, on rank 0 of every pipelined run (Megatron-DeepSpeed, gpt-neox), names
+# each rank's coordinates: ``Using topology: {ProcessCoord(pipe=0, data=0, model=0): 0, ...,
+# ProcessCoord(pipe=1, data=7, model=0): 15}``; each axis's size is its largest coordinate + 1, and the
+# ranks listed are the world. Read only where the line ends with its ``}`` (a line cut short lists a
+# part of the world). An axis of another name (``sequence=``) of size above 1: no statement.
+_TOPOLOGY = re.compile(r"Using topology: \{((?:ProcessCoord\([a-z=\d, ]{1,80}\): \d{1,7}(?:, |\}))+)\s*$")
+_COORD = re.compile(r"ProcessCoord\(([a-z=\d, ]{1,80})\): (\d{1,7})")
+_AXES = {"pipe": "pp", "data": "dp", "model": "tp"}
+
+
+def topology(text: str) -> dict[str, int]:
+    """The layout of DeepSpeed's ``Using topology: {...}`` line (_TOPOLOGY), else empty."""
+    m = _TOPOLOGY.search(text)
+    if m is None:
+        return {}
+    largest: dict[str, int] = {}
+    ranks = set()
+    for coord, rank in _COORD.findall(m.group(1)):
+        ranks.add(int(rank))
+        for axis, _, value in (part.partition("=") for part in coord.split(", ")):
+            largest[axis] = max(largest.get(axis, 0), int(value or 0))
+    out = {_AXES[a]: v + 1 for a, v in largest.items() if a in _AXES}
+    if any(v > 0 for a, v in largest.items() if a not in _AXES) or len(out) != len(_AXES) \
+            or out["pp"] * out["dp"] * out["tp"] != len(ranks) or ranks != set(range(len(ranks))):
+        return {}
+    return {**out, "world_size": len(ranks)}
+
+
+# gpt-neox's config keys: ``pipe-parallel-size`` (or ``pipe_parallel_size``; 0 is its setting for no
+# pipeline) and ``model-parallel-size``, its tensor parallel size, printed together in a dict, JSON or
+# YAML (``'pipe-parallel-size': 1, 'model-parallel-size': 1``). Read only where one line names both:
+# NeMo's model_parallel_size alone is TP x PP.
+_NEOX = re.compile(r"""(?<![\w-])['"]?(pipe|model)[-_]parallel[-_]size['"]?\s{0,2}[:=]\s{0,2}"""
+                   r"(\d{1,6})(?![\d.])")
+
+
+def neox_sizes(text: str) -> dict[str, int]:
+    """TP and PP from a gpt-neox config's keys on one line (_NEOX), else empty."""
+    found = dict(_NEOX.findall(text))
+    if set(found) != {"pipe", "model"}:
+        return {}
+    return {"pp": int(found["pipe"]) or 1, "tp": int(found["model"])}

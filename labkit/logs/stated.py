@@ -10,6 +10,8 @@ from collections.abc import Iterable
 
 import ahocorasick_rs
 
+from labkit.logs.deepspeed import neox_sizes, topology
+
 # Megatron's parallel sizes by their names, as flags or keys, wherever a line states them: flags on a
 # command line a launcher or script echoes (DeepSpeed's ``spawned with command: ['python', ...,
 # '--tensor-model-parallel-size', '2', ...]``, a shell's ``+ torchrun ... --pipeline-model-parallel-size=4``,
@@ -116,50 +118,6 @@ _RANK_WORDS = ("n_gpu: ", "training_ranks", "ank", " GPUs", "devices", "rocess",
 # ``self.seq_dp_world_size=8``): the first is the data-parallel group's size, DP; the model-parallel
 # group's is not split into TP and PP, and a sequence-parallel run's seq_dp group is another group
 _DP_WORLD = re.compile(r"(?<![\w-])dp_world_size\s{0,2}[=:]\s{0,2}(\d{1,7})\b")
-
-
-# DeepSpeed's pipeline engine, on rank 0 of every pipelined run (Megatron-DeepSpeed, gpt-neox), names
-# each rank's coordinates: ``Using topology: {ProcessCoord(pipe=0, data=0, model=0): 0, ...,
-# ProcessCoord(pipe=1, data=7, model=0): 15}``; each axis's size is its largest coordinate + 1, and the
-# ranks listed are the world. Read only where the line ends with its ``}`` (a line cut short lists a
-# part of the world). An axis of another name (``sequence=``) of size above 1: no statement.
-_TOPOLOGY = re.compile(r"Using topology: \{((?:ProcessCoord\([a-z=\d, ]{1,80}\): \d{1,7}(?:, |\}))+)\s*$")
-_COORD = re.compile(r"ProcessCoord\(([a-z=\d, ]{1,80})\): (\d{1,7})")
-_AXES = {"pipe": "pp", "data": "dp", "model": "tp"}
-
-
-def topology(text: str) -> dict[str, int]:
-    """The layout of DeepSpeed's ``Using topology: {...}`` line (_TOPOLOGY), else empty."""
-    m = _TOPOLOGY.search(text)
-    if m is None:
-        return {}
-    largest: dict[str, int] = {}
-    ranks = set()
-    for coord, rank in _COORD.findall(m.group(1)):
-        ranks.add(int(rank))
-        for axis, _, value in (part.partition("=") for part in coord.split(", ")):
-            largest[axis] = max(largest.get(axis, 0), int(value or 0))
-    out = {_AXES[a]: v + 1 for a, v in largest.items() if a in _AXES}
-    if any(v > 0 for a, v in largest.items() if a not in _AXES) or len(out) != len(_AXES) \
-            or out["pp"] * out["dp"] * out["tp"] != len(ranks) or ranks != set(range(len(ranks))):
-        return {}
-    return {**out, "world_size": len(ranks)}
-
-
-# gpt-neox's config keys: ``pipe-parallel-size`` (or ``pipe_parallel_size``; 0 is its setting for no
-# pipeline) and ``model-parallel-size``, its tensor parallel size, printed together in a dict, JSON or
-# YAML (``'pipe-parallel-size': 1, 'model-parallel-size': 1``). Read only where one line names both:
-# NeMo's model_parallel_size alone is TP x PP.
-_NEOX = re.compile(r"""(?<![\w-])['"]?(pipe|model)[-_]parallel[-_]size['"]?\s{0,2}[:=]\s{0,2}"""
-                   r"(\d{1,6})(?![\d.])")
-
-
-def neox_sizes(text: str) -> dict[str, int]:
-    """TP and PP from a gpt-neox config's keys on one line (_NEOX), else empty."""
-    found = dict(_NEOX.findall(text))
-    if set(found) != {"pipe", "model"}:
-        return {}
-    return {"pp": int(found["pipe"]) or 1, "tp": int(found["model"])}
 
 
 def stated_rank_count(text: str) -> int | None:
@@ -272,7 +230,7 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
     value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
     program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD) and
-    its pipeline topology (_TOPOLOGY), gpt-neox's config keys (_NEOX), the sizes in words
+    its pipeline topology (deepspeed.topology), gpt-neox's keys (deepspeed.neox_sizes), the sizes in words
     (_SIZE_WORDS), and the sizes of a device mesh or of a program's ``world=N tp=T dp=D`` statement."""
     out: dict[str, int] = {}
     serving = _Serving()

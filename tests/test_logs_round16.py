@@ -132,3 +132,19 @@ def test_horovodruns_prefix_names_the_rank_and_its_report_of_a_workers_exception
     failures = parse_log(path).failure_records
     assert [(f.kind, f.rank) for f in failures] == [("python_exception", 1)]
     assert "2 root error(s) found" in failures[0].message
+
+
+def test_sizes_named_with_their_size_suffix_state_the_layout():
+    # MAGI-1 (SandAI-org/MAGI-1#31, 2025): ``Initializing with world_size=8, dp_size=1, tp_size=1,
+    # pp_size=1, cp_size=8``
+    (path,) = (LOGS / "heldout6m").glob("*magi1_31.txt")
+    assert parse_log(path).layout == {"world_size": 8, "tp": 1, "pp": 1, "dp": 1, "cp": 8}
+
+
+def test_a_step_of_the_steps_planned_glued_to_its_metrics_is_a_record():
+    # zipnerf under accelerate, resumed (SuLvXiangXin/zipnerf-pytorch#78, 2023): ``2023-08-18 15:37:54:
+    # 1/25000:loss=0.05934,psnr=20.902,lr=3.14e-06 | data=0.05782,...``
+    (path,) = (LOGS / "heldout6p").glob("accelerate_2023_zipnerf*.txt")
+    its = parse_log(path).iterations
+    assert its[["iteration", "lm_loss", "lr"]].to_dict("records") == [
+        {"iteration": 1, "lm_loss": 0.05934, "lr": 3.14e-06}]

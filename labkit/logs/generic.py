@@ -82,9 +82,10 @@ _EPOCH = re.compile(r"(?i)(?:(?<![\w/.-])(?:epoch(?:\(\w{1,12}\))?|train)\s{0,4}
 # | num_updates 10198``) or a count within it (TFLearn's ``epoch: 001 | loss: 2.03 -- iter: 00512/55000``)
 _EPOCH_FIRST = re.compile(r"(?i)(?<![\w/])epoch\s{0,4}[:=]?\s{0,4}\d")
 # no name: the numbers a line starts with (epoch|step|..., or one right-aligned step number)
-# or the step in brackets before named metrics (CLU's ``[100] learning_rate=..., loss=...``)
+# or the step in brackets before named metrics (CLU's ``[100] learning_rate=..., loss=...``), or the
+# step of the steps planned and a colon (zipnerf's ``1/25000:loss=0.05934,psnr=20.902,lr=3.14e-06``)
 _LEADING = re.compile(r"\s{0,12}(?:\d{1,6}\|)?(\d{1,12})"
-                      r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d))"
+                      r"(?:\s{0,4}\|(?=\s{0,4}[A-Za-z])|\s{1,8}(?=[-+]?\d)|/\d{1,12}:\s{0,4}(?=[A-Za-z]))"
                       r"|\s{0,12}\[(\d{1,12})\]\s{1,8}(?=[A-Za-z])")
 # an abbreviated counter starting a line that names a loss (llm.c's ``s:0 trl:10.9 lr:0.000001``)
 _ABBREV = re.compile(r"\s{0,12}[A-Za-z]{1,2}[:=](\d{1,12})\s{1,8}(?=[A-Za-z])")

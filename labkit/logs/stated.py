@@ -152,12 +152,14 @@ _MESH_NAMED = re.compile(r"mesh with parallelism: ((?:\w{1,20}=\d{1,7}(?:, )?){1
 _MESH_KEYS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp", "cp": "cp",
               "ep": None, "etp": None}
 # a program's own statement of its layout by short names, in either case, ``=`` or ``:``: ``[env]
-# world=4 tp=2 dp=2 ...``, ``Setting DP = 4, TP = 4, CP = 1, PP = 1``, ``TP: 4, PP: 3, CP: 1, DP: 2``.
+# world=4 tp=2 dp=2 ...``, ``Setting DP = 4, TP = 4, CP = 1, PP = 1``, ``TP: 4, PP: 3, CP: 1, DP: 2``,
+# ``Initializing with world_size=8, dp_size=1, tp_size=1, pp_size=1, cp_size=8`` (MAGI-1).
 # As a mesh's names, a dimension it does not name is of size 1 where the named ones multiply to the
 # world it states; where it states none, DP, TP and PP all named make the world (else the line is no
 # statement of the layout: nothing read). nanotron's logger prefix ``[INFO|DP=0|PP=0|TP=0]`` names the
 # rank's coordinates, not the sizes: a name after ``|`` is none.
-_NAMED_SIZE = re.compile(r"(?i)(?<![\w.|-])(world|tp|pp|dp|cp)\s{0,2}[=:]\s{0,2}(\d{1,7})(?![\w./])")
+_NAMED_SIZE = re.compile(r"(?i)(?<![\w.|-])(world|tp|pp|dp|cp)(?:_size)?\s{0,2}[=:]\s{0,2}"
+                         r"(\d{1,7})(?![\w./])")
 HEAD_BYTES = 8 << 20  # launcher flags are looked for in a log's first 8 MB
 # An inference engine's own parallelism is not the training's layout: verl's config names vLLM's or
 # SGLang's sizes under its ``'rollout': {`` section (a dict printed by pprint, a YAML ``rollout:``), a

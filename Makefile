@@ -32,16 +32,33 @@ data: setup
 lab: setup data
 	$(VENV)/bin/labkit regress --profile cpu --backend local --out runs/lab
 
-# The tiers that need the whole machine (the mini-cluster, Unix users, trainings, the notebooks,
-# the browser) run one after another in one pytest; the pure and fake-Slurm tests before them in
-# TEST_WORKERS pytest-xdist processes (0: in one process). JUNIT=PREFIX writes PREFIX-fast.xml and
-# PREFIX-slow.xml. A phase with nothing selected (exit code 5) is not a failure.
-SLOW_TIERS   := slurm or engine or notebooks or browser or users or gpu
-TEST_WORKERS ?= 2
+# The pure and fake-Slurm tests run first, in TEST_WORKERS pytest-xdist processes (0: in one
+# process). Then two pytests side by side, each running its tests one after another: the tests
+# that need the whole machine (the mini-cluster, Unix users, the notebooks, the browser:
+# MACHINE_TIERS), and the trainings that need none of it (the engine tier's other tests; their
+# output is shown when they end, and kept in $(ENGINE_LOG)). The machine's tests wait on Slurm,
+# servers and browsers for about a third of their time: the trainings fill it. TEST_WORKERS=0 runs
+# the two one after the other. JUNIT=PREFIX writes PREFIX-fast.xml, PREFIX-slow.xml and
+# PREFIX-engine.xml. A pytest with nothing selected (exit code 5) is not a failure.
+SLOW_TIERS    := slurm or engine or notebooks or browser or users or gpu
+MACHINE_TIERS := slurm or notebooks or browser or users
+TEST_WORKERS  ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+ENGINE_LOG := $(if $(JUNIT),$(JUNIT)-engine.log,runs/test-engine.log)
 
 test: setup data
-	@$(PY) -m pytest $(XDIST) -m "not ($(SLOW_TIERS))" $(if $(JUNIT),--junitxml=$(JUNIT)-fast.xml) 	  $(PYTEST_ARGS); fast=$$?; 	$(PY) -m pytest -m "$(SLOW_TIERS)" $(if $(JUNIT),--junitxml=$(JUNIT)-slow.xml) $(PYTEST_ARGS); 	slow=$$?; echo "make test: fast tiers exit $$fast, slow tiers exit $$slow"; 	case "$$fast$$slow" in 00|05|50) exit 0;; 55) exit 5;; *) exit 1;; esac
+	@mkdir -p $(dir $(ENGINE_LOG)); \
+	$(PY) -m pytest $(XDIST) -m "not ($(SLOW_TIERS))" $(if $(JUNIT),--junitxml=$(JUNIT)-fast.xml) \
+	  $(PYTEST_ARGS); fast=$$?; \
+	engine_tier() { $(PY) -m pytest -p no:cacheprovider -m "($(SLOW_TIERS)) and not ($(MACHINE_TIERS))" \
+	  $(if $(JUNIT),--junitxml=$(JUNIT)-engine.xml) $(PYTEST_ARGS) > $(ENGINE_LOG) 2>&1; }; \
+	if [ "$(TEST_WORKERS)" = 0 ]; then engine_tier; engine=$$?; else engine_tier & engine_pid=$$!; fi; \
+	$(PY) -m pytest -m "$(MACHINE_TIERS)" $(if $(JUNIT),--junitxml=$(JUNIT)-slow.xml) $(PYTEST_ARGS); \
+	slow=$$?; if [ -n "$$engine_pid" ]; then wait $$engine_pid; engine=$$?; fi; \
+	echo "== the engine tier's trainings, run beside the machine's tests ($(ENGINE_LOG)):"; \
+	cat $(ENGINE_LOG); \
+	echo "make test: fast tiers exit $$fast, machine tiers exit $$slow, engine trainings exit $$engine"; \
+	case "$$fast$$slow$$engine" in *[!05]*) exit 1;; 555) exit 5;; *) exit 0;; esac
 
 test-fast: setup
 	$(PY) -m pytest $(XDIST) -m "not ($(SLOW_TIERS))" $(PYTEST_ARGS)

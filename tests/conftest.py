@@ -18,8 +18,10 @@ def pytest_addoption(parser):
                           "dependence shows up as a failure; benchmarks/repeat_tests.py uses it)")
 
 
-# The tiers `make test` runs one after another in one process (Makefile, SLOW_TIERS); the others
-# run in parallel pytest-xdist workers, so a test there must not take a machine-wide fixture.
+# The tiers `make test` runs after the others (Makefile, SLOW_TIERS), in two processes side by
+# side, each one test after another: the machine's (MACHINE_TIERS there) and the engine tier's
+# other trainings. The others run in parallel pytest-xdist workers, so a test there must not take
+# a machine-wide fixture.
 SLOW_TIERS = ("slurm", "engine", "notebooks", "browser", "users", "gpu")
 MACHINE_WIDE = {"slurm_cluster", "cpu_oom_run"}
 

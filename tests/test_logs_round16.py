@@ -148,3 +148,41 @@ def test_a_step_of_the_steps_planned_glued_to_its_metrics_is_a_record():
     its = parse_log(path).iterations
     assert its[["iteration", "lm_loss", "lr"]].to_dict("records") == [
         {"iteration": 1, "lm_loss": 0.05934, "lr": 3.14e-06}]
+
+
+INITIALIZED = sorted(p for p in LOGS.rglob("*.txt") if p.with_name(p.stem + ".expected.json").exists()
+                     and b"model parallel with size" in p.read_bytes())
+
+
+@pytest.mark.parametrize("path", INITIALIZED, ids=lambda p: f"{p.parent.name}/{p.name[:60]}")
+def test_megatrons_groups_as_it_builds_them_state_tp_and_pp(path):
+    # Megatron-LM's ``> initialized tensor model parallel with size 8`` / ``> initialized pipeline model
+    # parallel with size 1`` (v1's ``> initializing model parallel with size 4``: TP), read alone,
+    # against the hand reading of every log of the corpus that prints them
+    from labkit.logs.stated import launcher_flags
+
+    want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
+    said = launcher_flags([ln for ln in path.read_text(errors="replace").splitlines()
+                           if "parallel with size" in ln])
+    assert said and all(said[k] == want[k] for k in said), (said, want)
+    assert len(INITIALIZED) >= 10
+
+
+def test_rocms_runtime_on_a_hung_gpu_is_a_device_error():
+    # ROCm on MI300X (ROCm/ROCm#4021, 2024): ``HW Exception by GPU node-9 (Agent handle: 0x...) reason
+    # :GPU Hang`` from eleven processes (the first glued to a Trainer's bar), then ``Aborted (core dumped)``
+    (path,) = (LOGS / "heldout6t").glob("rocm_2024*.txt")
+    failures = parse_log(path).failure_records
+    assert [f.kind for f in failures] == ["cuda_error"] and "GPU Hang" in failures[0].message
+
+
+@pytest.mark.parametrize("stem", ["llamafactory975", "ascendpytorch43"])
+def test_an_accelerators_runtime_errors_are_a_log_not_refused(stem):
+    # Ascend NPUs (hiyouga/LLaMA-Factory#975, Ascend/pytorch#43): ``NPU error, error code is 107020``,
+    # ``EI0002: The wait execution of the Notify register times out``; every line behind ``worker-1: ``
+    # (a node's prefix, not a config's key)
+    from labkit.logs import found_nothing
+
+    (path,) = (LOGS / "heldout6t").glob(f"*{stem}.txt")
+    parsed = parse_log(path)
+    assert not found_nothing(parsed) and parsed.findings[0]["kind"] == "no_iteration"

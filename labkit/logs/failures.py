@@ -1,9 +1,7 @@
 """What killed a run: failure records with kind, rank, line number and a hint that names the fix.
 
-Kinds (DESIGN.md section 5): gpu_oom, host_oom, nccl_timeout, cuda_error, time_limit,
-preempted, node_failure, child_failed, python_exception, cancelled, hang, disk_full,
-bad_checkpoint. The CPU allocator's out-of-memory (our CPU/gloo runs under ``memory_limit_gb``)
-is reported as ``host_oom`` with a message that says so.
+The kinds are KINDS' (DESIGN.md section 5). The CPU allocator's out-of-memory (our CPU/gloo runs
+under ``memory_limit_gb``) is reported as ``host_oom`` with a message that says so.
 
 One event is often printed many times (by every rank, by torchrun's summary, by a C++
 ``what():`` that repeats the message); records with the same key are merged, so a watchdog
@@ -59,9 +57,10 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        # a CUDA call's error string quoted after its code or the source's place: NVLS's
                        # ``CUDA error 801 '...'``, DeepEP's EPException ``Failed: CUDA error
                        # /workspace/DeepEP/csrc/deep_ep.cpp:83 'unspecified launch failure'`` (``HIP error``
-                       # on ROCm)
+                       # on ROCm, whose runtime also says ``HW Exception by GPU node-9 ... :GPU Hang``)
                        r"|(?:CUDA|HIP) error (?:\d{1,4}|\S{1,300}:\d{1,6}) '(?P<quoted>[^'\n]{1,200})'"
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
+                       r"|(?P<hsa>(?:HW Exception|Memory access fault) by GPU node-\d{1,4})"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
                        r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})")
@@ -155,7 +154,7 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
     if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
             or "HIP error" in text or "off the bus" in text or "CUDNN_STATUS" in text \
-            or "to peer with" in text:
+            or "to peer with" in text or "by GPU node-" in text:
         m = _CUDA_ERR.search(text)
         if m:
             ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
@@ -167,7 +166,7 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
             if m.group("bus") or xid == "79":
                 return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
                                + _short(text), HINTS["gpu_lost"], key="cuda:bus")
-            what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted")
+            what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted", "hsa")
                          if m.group(g)), "")
             named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
             rank = int(named.group(1)) if named else rank

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,7 +98,7 @@ _DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
 # a process's ``(pid=N)``, an exception, the shell's word for a crash; a status that goes on (MaxText's
 # ``Starting multihost runner...``), a count of work done (``Completed 0/2``, ``100%``).
 _OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b"
-                     r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback"
+                     r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback|\b[Ee]rror code\b"
                      r"|Killed|Aborted|Segmentation fault|core dumped|\w\.\.\.\s*$|\b[Cc]ompleted \d{1,9}/\d"
                      r"|\b\d{1,3}%\s")
 # A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment
@@ -305,8 +306,8 @@ class Seen:
 def program_output(lines: Iterable[str] | Iterable[bytes]) -> int:
     """The last line (1-based) of the first _OUTPUT_BYTES of ``lines`` shaped as a program's output
     (``_OUTPUT``); 0 where none is, or where the text is a run's config: JSON, or YAML / INI / TOML
-    lines (``_CONFIG_LINE``) on nine lines in ten. A log of tools labkit does not know is still a log,
-    read as one with nothing in it (the finding says so); a config passed by mistake is refused."""
+    lines (``_CONFIG_LINE``) on nine lines in ten. A log of tools labkit does not know is still a
+    log, read as one with nothing in it (the finding says so); a config passed by mistake is refused."""
     head: list[str] = []
     size = last = 0
     for n, raw in enumerate(lines, 1):
@@ -325,7 +326,10 @@ def program_output(lines: Iterable[str] | Iterable[bytes]) -> int:
         except ValueError:
             pass
     kept = [ln for ln in head if ln.strip()]
-    if sum(bool(_CONFIG_LINE.match(ln)) for ln in kept) >= 0.9 * len(kept):
+    keys = Counter(m.group(0) for ln in kept if (m := _CONFIG_LINE.match(ln)))
+    # (one "key" before most lines is a prefix, a node's or a logger's: ``worker-1: EH9999: ...``)
+    prefix = next((k for k, n in keys.most_common(1) if n > max(3, len(kept) // 2)), None)
+    if sum(n for k, n in keys.items() if k != prefix) >= 0.9 * len(kept):
         return 0
     return last
 

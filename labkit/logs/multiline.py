@@ -40,7 +40,9 @@ _HEAD = re.compile(r"\s{0,8}(?:\[epoch=\d{1,9}\])?\[?(?i:batch|step|iter|iterati
 # average after it in parentheses)
 _INDENTED = re.compile(r"\s{1,16}(?:[|>*•-]\s{0,2}){0,3}[A-Za-z][\w/ .()-]{0,100}?[:=]\s{0,8}" + _NUM
                        + r"\s{0,8}[A-Za-z%]{0,4}(?:\s{0,8}\(" + _NUM + r"\))?\s{0,4}$")
-_WRAPPED = re.compile(r"\s{0,8}\w{1,40}=" + _NUM + r"(?:,|$)")
+# (or ``name: value,``: CLIP4Clip's ``Epoch: 1/5, Step: 50/2812, Lr: 0.000000004,`` / ``Loss: nan,
+# Time/step: 8.152810``; a value of nan too)
+_WRAPPED = re.compile(r"\s{0,8}\w{1,40}(?:=|:\s{1,2})(?:" + _NUM + r"|nan|NaN|inf)(?:,|$)")
 # a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
 # rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
 _CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}$")

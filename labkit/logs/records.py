@@ -38,7 +38,7 @@ NAMES = {
     # ``elapsed time per iteration: 21392.5 ms`` (Megatron-Bridge, the unit after the value): its unit
     "elapsed_time_per_iteration": "time", "time_per_iteration": "time", "elapsed_time_per_step": "time",
     "batch_cost": "s", "reader_cost": "none",  # PaddlePaddle's suites: seconds a batch, its data's part
-    "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "time", "elapsed": "time",
+    "step_time": "time", "batch_time": "time", "iter_time": "time", "time/step": "s", "elapsed": "time",
     "elapsed_time": "time", "seconds": "s", "run": "time", "time": "time", "dt": "time",
     "train_step_timing_in_s": "s",  # NeMo's (Lightning's logged metric, its unit in the name)
     "data_time": "none", "data": "none", "forward_time": "none", "backward_time": "none",

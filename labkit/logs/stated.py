@@ -27,6 +27,10 @@ _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 # parallel size: 1, tensor parallel size: 1`` (data parallel: DP)
 _SIZE_WORDS = re.compile(r"\b(data|pipeline|tensor|context) parallel size: (\d{1,6})(?![\d.])")
 _WORD_KEYS = {"data": "dp", "pipeline": "pp", "tensor": "tp", "context": "cp"}
+# Megatron's groups as it builds them: ``> initialized tensor model parallel with size 8``, ``> initialized
+# pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP)
+_INITIALIZED = re.compile(r"initializ(?:ed|ing) (tensor|pipeline|data|context|model)(?: model)? parallel"
+                          r" with size (\d{1,6})(?!\d)")
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
 _MEMBER = re.compile(r"GLOBAL_RANK: \d{1,7}, MEMBER: \d{1,7}/(\d{1,7})\b")
 # The world size stated in words or keys, anywhere in a line, by one rule: a key, then ``=``, ``:``
@@ -232,8 +236,9 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     """TP, PP and CP from Megatron's flags on the lines among the first ``limit`` bytes (the first
     value of each), the world size of PyTorch Lightning's ``MEMBER: 1/16``, stated in words or by a
     program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD) and
-    its pipeline topology (deepspeed.topology), gpt-neox's keys (deepspeed.neox_sizes), the sizes in words
-    (_SIZE_WORDS), and the sizes of a device mesh or of a program's ``world=N tp=T dp=D`` statement."""
+    its pipeline topology (deepspeed.topology), gpt-neox's keys (deepspeed.neox_sizes), Megatron's
+    groups as it builds them (_INITIALIZED), the sizes in words (_SIZE_WORDS), and the sizes of a
+    device mesh or of a program's ``world=N tp=T dp=D`` statement."""
     out: dict[str, int] = {}
     serving = _Serving()
     last = ["", ""]  # the two lines read before this one (a RAS summary's headers)
@@ -318,6 +323,8 @@ def _read_flags(text: str, out: dict[str, int]) -> None:
             out.setdefault(_FLAG_KEYS[re.split("[-_]", m.group(1))[0]], int(m.group(2)))
         for m in _SIZE_WORDS.finditer(text) if "parallel size: " in text else ():
             out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
+        for m in _INITIALIZED.finditer(text) if "with size" in text else ():
+            out.setdefault(_WORD_KEYS.get(m.group(1), "tp"), int(m.group(2)))
     elif "MEMBER: " in text:
         m = _MEMBER.search(text)
         if m:

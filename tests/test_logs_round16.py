@@ -186,3 +186,22 @@ def test_an_accelerators_runtime_errors_are_a_log_not_refused(stem):
     (path,) = (LOGS / "heldout6t").glob(f"*{stem}.txt")
     parsed = parse_log(path)
     assert not found_nothing(parsed) and parsed.findings[0]["kind"] == "no_iteration"
+
+
+def test_xla_dists_prefix_names_the_worker_and_its_traceback_is_read():
+    # torch_xla's xla_dist on a TPU pod (Lightning-AI/pytorch-lightning#7197, 2021): ``2021-04-23 18:14:43
+    # 10.164.0.29 [3]   File ".../device_parser.py", line 104, in parse_tpu_cores`` ... ``[3]
+    # pytorch_lightning.utilities.exceptions.MisconfigurationException: No TPU devices were found.``
+    (path,) = (LOGS / "heldout6t").glob("torch_xla_2021*.txt")
+    failures = parse_log(path).failure_records
+    assert [(f.kind, f.rank) for f in failures] == [("python_exception", 3)]
+    assert failures[0].message.endswith("No TPU devices were found.")
+
+
+def test_a_record_wrapped_after_a_named_value_and_its_comma_is_one_record():
+    # CLIP4Clip (ArrowLuo/CLIP4Clip#4, 2021): ``... - INFO -   Epoch: 1/5, Step: 50/2812, Lr: 0.000000004,``
+    # / ``Loss: nan, Time/step: 8.152810`` (seconds a step)
+    (path,) = (LOGS / "heldout6r").glob("clip4clip*.txt")
+    its = parse_log(path).iterations
+    assert its["iteration"].tolist() == [50] and its["elapsed_ms"].tolist() == [8152.81]
+    assert its["lm_loss"].isna().all() and its["lr"].tolist() == [4e-09]

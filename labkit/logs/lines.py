@@ -14,6 +14,7 @@ process printed, plus the rank the wrapper told us about:
                           ``[1,mpirank:0,algo-1]<stdout>:``; horovodrun's rank alone,
                           ``Fri Sep 25 16:52:57 2020[1]<stderr>:``)
     harnesses, k8s        ``stdout: text``, ``[pod/train-worker-0/pytorch] text``
+    torch_xla's xla_dist  ``10.164.0.29 [3] text`` (a TPU VM's address, its worker index)
     Ray                   ``(CommandActor pid=494406) text``, ``(Worker pid=7, ip=10.0.0.2) text``
                           (TorchX's ``ray/0 `` before it; the ip is the host; NeMo RL's
                           ``(MegatronPolicyWorker[rank=97] pid=.., ip=..)``); SkyPilot's
@@ -113,6 +114,7 @@ _PREFIX = re.compile(
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
+    r"|(?P<xla>\d{1,3}(?:\.\d{1,3}){3}) \[(?P<r8>\d{1,6})\] "          # torch_xla's xla_dist: 10.164.0.29 [3]
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\])? )?"
@@ -175,9 +177,9 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
+        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"):
             if m.group(g) is not None:
-                rank, glob = int(m.group(g)), g == "r2"
+                rank, glob, host = int(m.group(g)), g == "r2", m.group("xla") or host
                 break
         else:
             host = m.group("host") or m.group("pod") or m.group("ray") or m.group("sky") or host

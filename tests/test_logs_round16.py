@@ -205,3 +205,21 @@ def test_a_record_wrapped_after_a_named_value_and_its_comma_is_one_record():
     its = parse_log(path).iterations
     assert its["iteration"].tolist() == [50] and its["elapsed_ms"].tolist() == [8152.81]
     assert its["lm_loss"].isna().all() and its["lr"].tolist() == [4e-09]
+
+
+def test_a_builtin_exceptions_line_without_its_traceback_is_an_exception():
+    # pytest's report of a distributed test (huggingface/transformers#10188, 2021): ``FAILED ...`` then
+    # ``RuntimeError: NCCL error in: ..., unhandled system error, NCCL version 2.7.8``, no traceback
+    (path,) = (LOGS / "heldout6w").glob("*transformers10188.txt")
+    assert [f.kind for f in parse_log(path).failure_records] == ["python_exception"]
+    # and a Megatron fork's assertion after an iteration line, with a leading blank
+    # (alibaba/Pai-Megatron-Patch#680): `` AssertionError: Rank 114: found NaN in local forward loss``
+    (path,) = (LOGS / "heldout6n").glob("*pai680.txt")
+    assert [f.kind for f in parse_log(path).failure_records] == ["python_exception"]
+
+
+def test_determineds_task_prefix_without_a_rank_is_a_prefix():
+    # Determined's trial log (determined-ai/determined#8915, 2024): ``[2024-02-27T21:35:34.295539Z]
+    # fa88a9df || Traceback (most recent call last):`` and the launcher's frames, cut by the excerpt
+    (path,) = (LOGS / "heldout6v").glob("torchrun_2024_determined*.txt")
+    assert [f.kind for f in parse_log(path).failure_records] == ["python_exception"]

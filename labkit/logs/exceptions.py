@@ -167,6 +167,9 @@ def _tail_end(text: str, code: str) -> bool:
         _RAISE.match(code).group(1).rsplit(".", 1)[-1] == m.group(1).rsplit(".", 1)[-1])
 
 
+_BUILTIN = re.compile(r"^ ?(?:RuntimeError|AssertionError|ValueError|TypeError|KeyError|IndexError|OSError"
+                      r"|AttributeError|ImportError|ModuleNotFoundError|FileNotFoundError|MemoryError"
+                      r"|NotImplementedError|ZeroDivisionError|RecursionError|PermissionError): \S")
 _RAISE = re.compile(r"^\s{1,40}raise\s{1,4}([A-Za-z_][\w.]{0,200})\s{0,4}(?:\(|$)")
 # What a process raises when a signal stops it (torch elastic's ``SignalException: Process N got
 # signal: 15``, an interrupt, a SIGTERM handler's ``SystemExit: 143``, 128 + the signal): the effect
@@ -228,6 +231,8 @@ class Tracebacks:
             elif _QUALIFIED.match(text) or (after_code or line.lineno == 1) and _tail_end(text, code):
                 return text  # an exception line whose traceback the log cut (all of it, or all but the
                 # code line before it; an excerpt that starts at it: the log's first line)
+            elif _BUILTIN.match(text):
+                return text.lstrip()
         if src not in self.open or not text or text.startswith(_CHAINED):
             return None
         if _MARGIN_FRAME.match(text) or (self.margin.get(src) == line.lineno - 1

@@ -113,7 +113,7 @@ _PREFIX = re.compile(
     r"|\[(?P<lg7>[A-Za-z][\w.-]{0,39})\] (?=[\[(]?\d{4}[-/]\d\d[-/])"    # a logger's name: [titan] 2025-...
     r"|\[[DIWEC]\]\[[\w/.-]{1,80}:\d{1,7}(?::[\w.<>]{1,60})?\] "       # ezpz: [I][ezpz/dist:772:init]
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
-    r"|[0-9a-f]{8} \[rank=(?P<r7>\d{1,6})\] \|\| ?"                  # Determined: 63e6f494 [rank=0] ||
+    r"|[0-9a-f]{8} (?:\[rank=(?P<r7>\d{1,6})\] )?\|\| ?"          # Determined: 63e6f494 [rank=0] ||
     r"|(?P<xla>\d{1,3}(?:\.\d{1,3}){3}) \[(?P<r8>\d{1,6})\] "          # torch_xla's xla_dist: 10.164.0.29 [3]
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)

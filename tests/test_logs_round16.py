@@ -223,3 +223,14 @@ def test_determineds_task_prefix_without_a_rank_is_a_prefix():
     # fa88a9df || Traceback (most recent call last):`` and the launcher's frames, cut by the excerpt
     (path,) = (LOGS / "heldout6v").glob("torchrun_2024_determined*.txt")
     assert [f.kind for f in parse_log(path).failure_records] == ["python_exception"]
+
+
+def test_deepspeeds_runner_on_localhost_is_a_host_prefix():
+    # DeepSpeed's pdsh runner names the head host ``localhost`` (stark-sim's lock-clock runs, 2026):
+    # ``localhost: [rank0]: Traceback ...``, its frames, and ``localhost: [rank0]:
+    # torch.distributed.DistBackendError: NCCL error in: ..., unhandled cuda error``: one CUDA error of
+    # rank 0 (the traceback ends in it), beside the launcher's exit -11
+    (path,) = (LOGS / "heldout6u").glob("*dual32.txt")
+    failures = parse_log(path).failure_records
+    assert sorted(f.kind for f in failures) == ["child_failed", "cuda_error"]
+    assert next(f for f in failures if f.kind == "cuda_error").rank == 0

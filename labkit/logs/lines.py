@@ -8,7 +8,8 @@ process printed, plus the rank the wrapper told us about:
     TorchX                ``[trainer0|3]:text``        (role and replica, then the rank)
     torch >= 2.2 logging  ``[rank3]:text``
     srun --label          `` 3: text``
-    pdsh                  ``node12: text``, ``10.0.0.2: text`` (indented where a page quotes it)
+    pdsh                  ``node12: text``, ``10.0.0.2: text``, ``localhost: text`` (DeepSpeed's runner
+                          on one host; indented where a page quotes it)
     NCCL                  ``node12:4242:4300 text``, ``1000123:4242:4300`` (host:pid:tid, any host)
     Open MPI --tag-output ``[1,4]<stdout>:text``       (job id, rank; SageMaker's
                           ``[1,mpirank:0,algo-1]<stdout>:``; horovodrun's rank alone,
@@ -84,7 +85,7 @@ _PREFIX = re.compile(
     r"|(?:std(?:out|err)|STD(?:OUT|ERR))(?::|\s?\|) "           # a harness's stream name
     r"|\[pod/(?P<pod>[\w.-]{1,120})/[\w.-]{1,80}\] "           # kubectl logs --prefix
     r"|\s{0,8}(?![A-Za-z][A-Za-z0-9.-]{0,100}_[\w.-]{0,100}: )"  # (no ``_`` before pdsh's ": ": a metric's)
-    r"(?P<host>[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
+    r"(?P<host>localhost(?=: )|[A-Za-z](?=[\w.-]{0,80}\d)[\w.-]{0,100}"  # pdsh, NCCL: a host name with a
     r"|\d{1,3}(?:\.\d{1,3}){3}|\d{7,20}|(?!\d\d:\d\d:\d\d)\d{1,6}(?=:\d)"  # digit, IPv4, digits,
     r"|\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}\]?)"         # IPv6; then :pid:tid or ": "
     r"(?::\d{1,9}:\d{1,9} |: )"

@@ -46,6 +46,9 @@ def test_a_config_is_still_no_log(tmp_path):
     yaml = tmp_path / "run.yaml"
     yaml.write_text("# the run\nname: gpt\ntime_limit: '00:30:00'\nlog_level: INFO\nlayers:\n  - 12\n")
     assert found_nothing(parse_log(yaml))
+    documented = tmp_path / "documented.yaml"  # more comment lines than keys: still a config
+    documented.write_text("".join(f"# note {i}\n" for i in range(6)) + "name: gpt\nlayers: 12\n")
+    assert found_nothing(parse_log(documented))
     js = tmp_path / "run.json"
     js.write_text(json.dumps({"name": "gpt", "time_limit": "00:30:00", "error": "Killed"}, indent=1))
     assert found_nothing(parse_log(js))

@@ -328,7 +328,8 @@ def program_output(lines: Iterable[str] | Iterable[bytes]) -> int:
     kept = [ln for ln in head if ln.strip()]
     keys = Counter(m.group(0) for ln in kept if (m := _CONFIG_LINE.match(ln)))
     # (one "key" before most lines is a prefix, a node's or a logger's: ``worker-1: EH9999: ...``)
-    prefix = next((k for k, n in keys.most_common(1) if n > max(3, len(kept) // 2)), None)
+    prefix = next((k for k, n in keys.most_common(1)  # (a comment's ``#``, a list's ``- ``: none)
+                   if n > max(3, len(kept) // 2) and k.rstrip().endswith(":")), None)
     if sum(n for k, n in keys.items() if k != prefix) >= 0.9 * len(kept):
         return 0
     return last

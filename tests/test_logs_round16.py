@@ -234,3 +234,14 @@ def test_deepspeeds_runner_on_localhost_is_a_host_prefix():
     failures = parse_log(path).failure_records
     assert sorted(f.kind for f in failures) == ["child_failed", "cuda_error"]
     assert next(f for f in failures if f.kind == "cuda_error").rank == 0
+
+
+def test_the_ddp_tutorials_epoch_lines_are_a_log_not_refused():
+    # PyTorch's multinode DDP tutorial under srun (aws-samples/awsome-distributed-training PR 1039, 2026):
+    # ``0: [RANK 3] Epoch 0 | Batchsize: 32 | Steps: 235 | Loss: 0.24456023513240382`` and ``Epoch 0 |
+    # Training snapshot saved at ./snapshot.pt``: per-epoch summaries, no step records, no failure
+    from labkit.logs import found_nothing
+
+    (path,) = (LOGS / "heldout6y").glob("*awsome1039.txt")
+    parsed = parse_log(path)
+    assert not found_nothing(parsed) and parsed.iterations.empty and not parsed.failure_records

@@ -99,6 +99,7 @@ _DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
 # ``Starting multihost runner...``), a count of work done (``Completed 0/2``, ``100%``).
 _OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b"
                      r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback|\b[Ee]rror code\b"
+                     r"|\b[Ll]oss:? [-+]?\d"  # a loss: the DDP tutorial's ``Epoch 0 | ... | Loss: 0.24``
                      r"|Killed|Aborted|Segmentation fault|core dumped|\w\.\.\.\s*$|\b[Cc]ompleted \d{1,9}/\d"
                      r"|\b\d{1,3}%\s")
 # A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment

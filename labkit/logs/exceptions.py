@@ -167,6 +167,10 @@ def _tail_end(text: str, code: str) -> bool:
         _RAISE.match(code).group(1).rsplit(".", 1)[-1] == m.group(1).rsplit(".", 1)[-1])
 
 
+# A builtin exception's line alone, no traceback above it (pytest's report, a launcher's summary, a
+# blank before it: ``RuntimeError: NCCL error in: ...``) is an uncaught exception's last line. Only
+# Python's own names: a tool's error class printed alone (conda's ``CondaError: Run 'conda init'
+# ...`` from a shell profile, the job going on) is no exception of the run.
 _BUILTIN = re.compile(r"^ ?(?:RuntimeError|AssertionError|ValueError|TypeError|KeyError|IndexError|OSError"
                       r"|AttributeError|ImportError|ModuleNotFoundError|FileNotFoundError|MemoryError"
                       r"|NotImplementedError|ZeroDivisionError|RecursionError|PermissionError): \S")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from labkit.logs import c10d, launchers
+from labkit.logs import c10d, cuda, launchers
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
@@ -43,32 +43,6 @@ class Failure:
 
 
 # --- single-line rules ------------------------------------------------------------------------
-_CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
-                       r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
-                       r"|CUDA failure: (?P<fail>[^\n]{1,200})"  # torch 1.x's THC: THCudaCheck FAIL file=..
-                       r"|THCudaCheck FAIL .{0,400}? error=\d{1,4} : (?P<thc>.{1,200})"  # error=10 : ...
-                       r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
-                       # NCCL's transports on a CUDA call's error (code and string): ``failed to open
-                       # CUDA IPC handle : 64 peer access is not supported ...`` (p2p), ``rank 0 failed
-                       # to get CUDA IPC handle to device 1 : ...``, ``cudaIpcGetMemHandle failed : ...``,
-                       # ``failed to peer with device 1: 217 ...``, NVLS's ``CUDA error 801 '...'``
-                       r"|(?P<ipc>failed to (?:open|get) CUDA IPC handle[^\n]{0,200}|cudaIpc\w{1,40} failed"
-                       r"[^\n]{0,200}|failed to peer with device \S{1,40}: \d{1,4} [^\n]{1,200})"
-                       # a CUDA call's error string quoted after its code or the source's place: NVLS's
-                       # ``CUDA error 801 '...'``, DeepEP's EPException ``Failed: CUDA error
-                       # /workspace/DeepEP/csrc/deep_ep.cpp:83 'unspecified launch failure'`` (``HIP error``
-                       # on ROCm, whose runtime also says ``HW Exception by GPU node-9 ... :GPU Hang``)
-                       r"|(?:CUDA|HIP) error (?:\d{1,4}|\S{1,300}:\d{1,6}) '(?P<quoted>[^'\n]{1,200})'"
-                       r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
-                       r"|(?P<hsa>(?:HW Exception|Memory access fault) by GPU node-\d{1,4})"
-                       r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
-                       # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
-                       r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})")
-_RANK_NAMED = re.compile(r"\brank:? (\d{1,7})\s{0,4}$")  # a CUDA error's message naming its rank at the end
-# Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
-# page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
-# driver lost (fallen off the bus)
-_XID_MEMORY = ("48", "63", "64", "92", "94", "95")
 _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{1,100}) )?CANCELLED AT "
                     r"(\S{1,40})(?: DUE TO ([A-Z_ ]{1,40}?))?(?:, SEE SLURMCTLD LOG FOR DETAILS)?"
                     r"(?: on (\S{1,100}))? \*\*\*")
@@ -152,26 +126,10 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
         if c is not None:
             kind, r, msg, hint, key = c
             return Failure(kind, r, None, msg, HINTS[hint], key=key)
-    if "CUDA" in text or "cuda" in text or "Xid" in text or "ECC" in text or "Cuda failure" in text \
-            or "HIP error" in text or "off the bus" in text or "CUDNN_STATUS" in text \
-            or "to peer with" in text or "by GPU node-" in text:
-        m = _CUDA_ERR.search(text)
-        if m:
-            ecc = "ECC" in text or m.group("xid") in _XID_MEMORY
-            if m.group("drv"):  # a crash backtrace (signal handler, gdb) with frames in the driver
-                return Failure("cuda_error", rank, None, "a process crashed inside the CUDA driver "
-                               "(libcuda in its backtrace): " + _short(text), HINTS["cuda_error"],
-                               key="cuda:libcuda-crash")
-            xid = m.group("xid")
-            if m.group("bus") or xid == "79":
-                return Failure("cuda_error", rank, None, "the GPU fell off the bus (the driver lost it): "
-                               + _short(text), HINTS["gpu_lost"], key="cuda:bus")
-            what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted", "hsa")
-                         if m.group(g)), "")
-            named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
-            rank = int(named.group(1)) if named else rank
-            return Failure("cuda_error", rank, None, _short(text), HINTS["ecc" if ecc else "cuda_error"],
-                           key=f"cuda:{'ecc' if ecc else what[:40]}")
+    c = cuda.cuda_error(text, rank)
+    if c is not None:
+        r, msg, hint, key = c
+        return Failure("cuda_error", r, None, _short(msg), HINTS[hint], key=key)
     if "***" in text and "CANCELLED" in text:
         m = _SLURM.search(text)
         if m:
@@ -255,6 +213,7 @@ class FailureScanner:
         self._tb = Tracebacks()
         self._records = ErrorRecords()
         self._child: Failure | None = None  # the open ChildFailedError record
+        self._own_tb: set[int] = set()  # lines of its table's ``traceback :`` fields that hold a traceback
         self._child_left = 0
         self._victims = False  # inside the table's "Failures:" part (ranks stopped by the root cause)
         self._prev: Line | None = None
@@ -324,7 +283,7 @@ class FailureScanner:
         reports = launchers.worker_failed(text)
         for kind, rank, msg, hint, evidence, key in reports:
             self.add(Failure(kind, rank, line.lineno, msg, HINTS[hint], evidence=evidence, key=key))
-        return bool(reports)
+        return any(evidence != "signal" for *_, evidence, _key in reports)  # a guess explains no exception
 
     def _child_table(self, line: Line, text: str, prev: Line | None = None) -> None:
         if "ChildFailedError" in text and "raise " not in text and "import" not in text:
@@ -355,6 +314,8 @@ class FailureScanner:
         if not m:
             return
         name, value = m.group(1), m.group(2).strip()
+        if name == "traceback" and value.startswith("Traceback"):  # the rank's own, from its error file
+            self._own_tb.add(line.lineno)
         c = self._child
         if self._victims:  # a rank stopped because another one failed first: not a cause
             if name == "rank" and "stopped by the root cause" not in c.message:
@@ -388,9 +349,10 @@ class FailureScanner:
         watchdog's line is that call's failure). A process something killed (SIGKILL, an OOM
         killer) or a watchdog reported prints no traceback of that failure: beside those, and alone,
         the cut traceback is an exception of its own (its last frame is told), ranked after what
-        the log states (a scheduler's end)."""
+        the log states (a scheduler's end). A rank's traceback in torchrun's table (its ``traceback :``
+        field, from the rank's error file) is that rank's exception, which the table reports."""
         for rank, start, frame in self._tb.cut():
-            if any(_explains(f, frame or "") for f in self.failures):
+            if start not in self._own_tb and any(_explains(f, frame or "") for f in self.failures):
                 continue
             msg = "a traceback the log cuts before its exception line" + (f" (last frame: {frame})"
                                                                            if frame else "")

@@ -29,6 +29,9 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   A "process" that failed is any program's word (a script's own ``Process 1 failed with return code
   1``), srun's ``task 1: Exited with exit code 1`` Slurm's report of its tasks, not of a launcher's
   workers (the readings of the held-out sets), and code 0 no failure;
+- ``torch.multiprocessing.spawn``'s parent, of a process it started: ``process 1 terminated with signal
+  SIGKILL`` (an index, no rank; the exception it raises is the traceback's, so no ``child_failed``:
+  the SIGKILL guess only);
 - the shell, of a job it ran that SIGKILL ended: bash's ``launch.sh: line 149: 190869 Killed
   torchrun ...`` or ``Killed`` alone (no launcher's word: the SIGKILL guess only).
 
@@ -41,7 +44,7 @@ from __future__ import annotations
 import re
 
 WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION",
-         "EXIT STRING", "died from signal", "CalledProcessError")  # "code": exitcode, return code, ...
+         "EXIT STRING", "died from signal", "CalledProcessError", "with signal SIGKILL")  # "code": exitcode, return code, ...
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
@@ -64,6 +67,7 @@ _ANY_WORKER = re.compile(
 # 149: 190869 Killed   torchrun ...`` (its pid and command), or ``Killed`` alone on its line
 _SHELL_KILLED = re.compile(r"^(?:\S{1,400}: line \d{1,7}: {1,4}\d{1,10} )?Killed"
                            r"(?: {2,40}\S.{0,4000})?\s{0,4}$")
+_SPAWN_KILLED = re.compile(r"\bprocess \d{1,6} terminated with signal SIGKILL\b")
 _SRUN_TASK = re.compile(r"\btask \d{1,7}: Exited with exit code")
 Report = tuple[str, "int | None", str, str, str, str]
 """(kind, rank, message, hint name, evidence, merge key): failures.py makes it a Failure."""
@@ -104,6 +108,8 @@ def _other_launchers(text: str) -> list[Report]:
 def _any_worker(text: str) -> list[Report]:
     """Any other launcher's report of a worker that failed with a non-zero code (docstring), or the
     shell's of a job SIGKILL ended (a ``host_oom`` guess: no launcher said why), else []."""
+    if "SIGKILL" in text and _SPAWN_KILLED.search(text):
+        return [_sigkill(None, "torch.multiprocessing.spawn: a process terminated with signal SIGKILL")]
     if "Killed" in text and _SHELL_KILLED.match(text):
         return [_sigkill(None, "the shell reports the job it ran Killed")]
     m = _ANY_WORKER.search(text) if "code" in text and not _SRUN_TASK.search(text) else None

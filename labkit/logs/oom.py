@@ -13,12 +13,15 @@ import re
 # ``XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory
 # space hbm. Used 87.08G of 30.75G hbm.`` or ``RESOURCE_EXHAUSTED: Out of memory while trying to
 # allocate 8589934592 bytes.``, and TensorFlow's ``OOM when allocating tensor with shape[...] ... on
-# /job:localhost/replica:0/task:0/device:GPU:0``
+# /job:localhost/replica:0/task:0/device:GPU:0``; the CUDA driver's and runtime's own names for it, which
+# frameworks on them print (TensorFlow's ``cuda_driver.cc:828] failed to allocate 2.96G (3173555200
+# bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory``, CuPy's, JAX's; ``cudaErrorMemoryAllocation``)
 GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory"
                      r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure (?:2 )?'out of memory'"
                      r"|(?:cuda runtime error \(2\)|THCudaCheck FAIL .{0,300}error=2) : out of memory"
                      r"|RESOURCE_EXHAUSTED: .{0,200}?(?:[Oo]ut of memory|Ran out of memory in memory space)"
-                     r"|OOM when allocating tensor .{0,400}device:(?:GPU|TPU)")
+                     r"|OOM when allocating tensor .{0,400}device:(?:GPU|TPU)"
+                     r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
 TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
 SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}

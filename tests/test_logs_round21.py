@@ -1,0 +1,72 @@
+"""The fourteenth session's readings, each checked on the real lines it came from (sources in each
+folder's README.md): the misses the last session's never-read sets left (heldout6z, heldout7a)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from labkit.logs import parse_log
+from labkit.logs.cuda import cuda_error
+from labkit.logs.oom import GPU_OOM
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def _one(folder: str, words: str) -> Path:
+    (path,) = (p for p in (LOGS / folder).glob("*.txt") if words in p.name)
+    return path
+
+
+def _kinds(path: Path) -> list[tuple[str, int | None]]:
+    return sorted((f.kind, f.rank) for f in parse_log(path).failure_records)
+
+
+def test_the_cuda_drivers_own_name_for_out_of_memory_is_one_gpu_oom():
+    # TensorFlow under Horovod (horovod/horovod#1350): six ``cuda_driver.cc:828] failed to allocate
+    # 2.96G (3173555200 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory`` retries, smaller
+    # each time: one event of the device's memory
+    path = _one("heldout6z", "horovod1350")
+    assert _kinds(path) == [("gpu_oom", 1)]  # mpirun --tag-output's [1,1]: rank 1
+    assert GPU_OOM.search("cudaMalloc failed: cudaErrorMemoryAllocation")
+
+
+def test_a_spawned_process_killed_by_sigkill_is_the_sigkill_guess_beside_the_exception():
+    # torch.multiprocessing.spawn's parent (HRNet/HigherHRNet-Human-Pose-Estimation#47): its traceback
+    # ends ``Exception: process 1 terminated with signal SIGKILL``; the guess explains no exception
+    path = _one("heldout6z", "higherhrnet47")
+    assert [k for k, _ in _kinds(path)] == ["host_oom", "python_exception"]
+    sigkill = next(f for f in parse_log(path).failure_records if f.kind == "host_oom")
+    assert sigkill.evidence == "signal"
+
+
+def test_gpt_neoxs_global_num_gpus_is_the_world():
+    # ``  global_num_gpus ................. 4...........................updated`` (EleutherAI/gpt-neox#1251),
+    # and the Llemma run's dump (8 GPUs, model parallel 2), read by hand in their folders
+    for folder, words in (("heldout7a", "neox1251"), ("heldout3o", "gpt_neox_2024")):
+        path = _one(folder, words)
+        want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
+        assert parse_log(path).layout == want and want["world_size"] in (4, 8)
+
+
+def test_a_kernels_device_side_assertion_is_one_cuda_error_with_torchs():
+    # every failing thread prints ``.../cuda/Indexing.cu:1284: indexSelectLargeIndex: block: [37,0,0],
+    # thread: [92,0,0] Assertion `srcIndex < srcSelectDimSize` failed.`` (NVIDIA/Megatron-LM#1038)
+    path = _one("heldout7a", "megatron1038")
+    assert _kinds(path) == [("cuda_error", None)]  # the [rank0]: traceback cut after it is its
+    # and torch's ``RuntimeError: CUDA error: device-side assert triggered`` after ``Loss.cu:240 ...
+    # Assertion `t >= 0 && t < n_classes` failed.`` (alibaba/Megatron-LLaMA#14) is the same event
+    path = _one("heldout5s", "megatronllama14")
+    assert [k for k, _ in _kinds(path)] == ["cuda_error"]
+    line = next(ln for ln in path.read_text().splitlines() if "Assertion" in ln)
+    assert cuda_error(line, None)[3] == cuda_error("RuntimeError: CUDA error: device-side assert triggered", None)[3]
+    # a host-side assertion is no CUDA error
+    assert cuda_error("AssertionError: Assertion `x` failed.", None) is None
+
+
+def test_a_ranks_traceback_in_torchruns_table_is_its_exception_even_cut():
+    # the root-cause row's ``traceback : Traceback (most recent call last):`` then the rank's frames,
+    # cut by the store (MoFHeka/LLaMA-Megatron#1): the rank raised, the table reports it
+    path = _one("heldout7a", "llamamegatron1")
+    kinds = _kinds(path)
+    assert ("child_failed", 1) in kinds and "python_exception" in [k for k, _ in kinds]

@@ -59,7 +59,8 @@ def test_a_kernels_device_side_assertion_is_one_cuda_error_with_torchs():
     path = _one("heldout5s", "megatronllama14")
     assert [k for k, _ in _kinds(path)] == ["cuda_error"]
     line = next(ln for ln in path.read_text().splitlines() if "Assertion" in ln)
-    assert cuda_error(line, None)[3] == cuda_error("RuntimeError: CUDA error: device-side assert triggered", None)[3]
+    torchs = "RuntimeError: CUDA error: device-side assert triggered"
+    assert cuda_error(line, None)[3] == cuda_error(torchs, None)[3]
     # a host-side assertion is no CUDA error
     assert cuda_error("AssertionError: Assertion `x` failed.", None) is None
 

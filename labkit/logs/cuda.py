@@ -37,8 +37,8 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        # [92,0,0] Assertion `srcIndex < srcSelectDimSize` failed.``
                        r"|(?P<kernel>\.cu:\d{1,6}: .{0,300}?block: \[\d{1,6},\d{1,6},\d{1,6}\], "
                        r"thread: \[\d{1,6},\d{1,6},\d{1,6}\] Assertion .{0,1000} failed\.)")
-_WORDS = ("CUDA", "cuda", "Xid", "ECC", "Cuda failure", "HIP error", "off the bus", "CUDNN_STATUS", "to peer with",
-          "by GPU node-", "Assertion")
+_WORDS = ("CUDA", "cuda", "Xid", "ECC", "Cuda failure", "HIP error", "off the bus", "CUDNN_STATUS",
+          "to peer with", "by GPU node-", "Assertion")
 _RANK_NAMED = re.compile(r"\brank:? (\d{1,7})\s{0,4}$")  # a CUDA error's message naming its rank at the end
 # Xid codes of the GPU's memory (NVIDIA's Xid catalogue): 48 double-bit ECC, 63/64 row remapping or
 # page retirement, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC; 79 is a GPU the
@@ -64,7 +64,8 @@ def cuda_error(text: str, rank: int | None) -> tuple[int | None, str, str, str] 
         return rank, "a CUDA kernel's device-side assertion failed: " + text.strip(), "cuda_error", \
             "cuda:" + _DEVICE_ASSERT
     ecc = "ECC" in text or xid in _XID_MEMORY
-    what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted", "hsa") if m.group(g)), "")
+    what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted", "hsa")
+                 if m.group(g)), "")
     named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
     rank = int(named.group(1)) if named else rank
     return rank, text.strip(), "ecc" if ecc else "cuda_error", f"cuda:{'ecc' if ecc else what[:40]}"

@@ -16,8 +16,8 @@ ITER_COLUMNS = ["iteration", "train_iters", "elapsed_ms", "lm_loss", "lr", "glob
 LAYOUT_KEYS = ("world_size", "tp", "pp", "dp", "cp")
 # (an argument dump's model_parallel_size is TP: Megatron v1's, gpt-neox's beside its pipe_parallel_size;
 # Megatron 2 on prints it None; gpt-neox's global_num_gpus is its world)
-_ARG_LAYOUT = {"world_size": "world_size", "global_num_gpus": "world_size", "tensor_model_parallel_size": "tp",
-               "model_parallel_size": "tp",
+_ARG_LAYOUT = {"world_size": "world_size", "global_num_gpus": "world_size",
+               "tensor_model_parallel_size": "tp", "model_parallel_size": "tp",
                "pipeline_model_parallel_size": "pp", "pipe_parallel_size": "pp",  # Megatron-DeepSpeed
                "data_parallel_size": "dp", "context_parallel_size": "cp"}
 

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import re
 
-WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION",  # "code":
-         "EXIT STRING", "died from signal", "CalledProcessError", "with signal SIGKILL")  # exitcode, return code
+# ("code": exitcode, return code, ...)
+WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION",
+         "EXIT STRING", "died from signal", "CalledProcessError", "with signal SIGKILL")
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")

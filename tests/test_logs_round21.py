@@ -71,3 +71,55 @@ def test_a_ranks_traceback_in_torchruns_table_is_its_exception_even_cut():
     path = _one("heldout7a", "llamamegatron1")
     kinds = _kinds(path)
     assert ("child_failed", 1) in kinds and "python_exception" in [k for k, _ in kinds]
+
+
+# --- round twenty-one (heldout7c-7f, scored on a14245c), each on the real lines it came from ---
+
+
+def test_a_record_wrapped_after_a_names_colon_keeps_the_rest():
+    # YOLOX under Horovod (horovod/horovod#3929): ``... conf_loss: `` at the page's width, then
+    # ``10.2, cls_loss: 1.0, seg_loss: 2.7, lr: 1.235e-06, size: 320, ETA: ...`` without the prefix
+    it = parse_log(_one("heldout7d", "yolox")).iterations
+    assert len(it) == 1 and it["lr"].iloc[0] == 1.235e-06 and it["elapsed_ms"].iloc[0] == 9049.0
+
+
+def test_determineds_rank_equals_prefix_names_the_rank():
+    # ``> [] [rank=0] RuntimeError: CUDA out of memory. ...`` (determined-ai/determined#5418)
+    assert _kinds(_one("heldout7d", "determined")) == [("gpu_oom", 0)]
+
+
+def test_the_watchdogs_reason_raised_again_is_the_timeout_and_the_ranks_exception():
+    # ``RuntimeError: NCCL communicator was aborted on rank 0.  Original reason for failure was:
+    # [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=145864, ...)``
+    # (zhoubenjia/MotionRGBD-PAMI#1): the main thread raised it
+    assert _kinds(_one("heldout7d", "motionrgbd")) == [("nccl_timeout", 0), ("python_exception", None)]
+
+
+def test_a_loops_step_line_reads_any_name_of_the_vocabulary():
+    # tt-train (tenstorrent/tt-metal#49382): ``Step: 1, Loss: 11.875000, Time: 53570.87 ms, TPS: 196,
+    # TFLOPS: 9.63, MFU: 1.62%``: the step's time, which the torchtitan reader had no key for
+    it = parse_log(_one("heldout7c", "tt_train")).iterations
+    assert it["elapsed_ms"].iloc[0] == 53570.87 and it["mfu"].iloc[0] == 1.62
+
+
+def test_a_trainer_dicts_other_keys_and_the_units_their_names_state():
+    # DeepSpeed#5059's callback: ``'current_step_time_seconds': 19.497754335403442`` (this step's,
+    # beside ``average_step_time_seconds``, a mean, and ``estimated_time_to_completion_seconds``)
+    it = parse_log(_one("heldout7e", "zeropp")).iterations
+    assert it["elapsed_ms"].iloc[0] == 19497.754335403442
+    # ms-swift#1208: ``'memory(GiB)': 10.31, 'train_speed(iter/s)': 0.01689``
+    path = _one("heldout7e", "ms_swift")
+    parsed = parse_log(path)
+    assert parsed.iterations["elapsed_ms"].iloc[0] == 1000 / 0.01689
+    assert len(parsed.memory) == 1
+    # a clock's milliseconds (MLPerf's ``"time_ms": 1700000...``) are no step time
+    from labkit.logs.concepts import kind
+    assert kind("time_ms") is None and kind("step_time_ms") == "time"
+    assert kind("average_step_time_seconds") is None
+
+
+def test_a_loops_counter_is_a_programs_output_not_refused():
+    # the DDP tutorial on two Wisteria nodes (mizuno-group/mge): ``[GPU0] Epoch 0 | Batchsize: 32``
+    # and the nodes' addresses, no tool's line
+    parsed = parse_log(_one("heldout7c", "wisteria"))
+    assert len(parsed.iterations) == 0 and parsed.failure_records == []

@@ -28,6 +28,10 @@ Process group watchdog thread terminated with exception: [Rank 2] Watchdog caugh
 a process group's, so it is the event of any rank already read with its sequence number (a new one
 where none was).
 
+A rank's main thread raises the watchdog's reason again as its own exception (torch 1.13-2.0:
+``RuntimeError: NCCL communicator was aborted on rank 0.  Original reason for failure was: [Rank 0]
+Watchdog caught ...``): that line is the timeout and the rank's exception both (``RAISED_AGAIN``).
+
 The rank a message names sits in its log prefix, which changed with the versions: ``[Rank 3]``
 (to 2.2), ``[PG 0 Rank 1]`` (2.3), ``[PG 0 (default_pg) Rank 1]`` (2.4), ``[PG ID 0 PG GUID
 0(default_pg) Rank 11]`` (2.5 on). A rank inside a process group other than 0 is that group's rank,
@@ -37,6 +41,8 @@ not the process's.
 from __future__ import annotations
 
 import re
+
+RAISED_AGAIN = "Original reason for failure was:"
 
 _SAYS_STUCK = re.compile(r"(?i)\b(?:may|might|could|must) be (?:stuck|hung|hanging|deadlocked)\b"
                          r"|\b(?:is|are|seems?|appears?)(?: to be)? (?:stuck|hung|deadlocked)\b"

@@ -48,8 +48,14 @@ CONCEPTS = dict(NAMES) | {
     f"{t}/{w}": "ms" if t == "ms" else "s" for t in ("s", "sec", "secs", "seconds", "ms")
     for w in ("step", "batch", "iter", "iteration", "it", "update")
 } | {f"{w}/s": "ups" for w in ("steps", "batches", "iters", "iterations", "updates", "batch", "iter", "step")}
-# a prefix saying over what a value was taken: ``interval_samples_per_second``, ``num_consumed_samples``
-_PREFIX = re.compile(r"^(?:interval|train|training|num)_(?=[a-z])")
+# a prefix saying over what a value was taken: ``interval_samples_per_second``, ``num_consumed_samples``,
+# ``current_step_time_seconds`` (this step's, beside a run's average)
+_PREFIX = re.compile(r"^(?:interval|train|training|num|current)_(?=[a-z])")
+# a unit the name states, after it (a dict's keys: DeepSpeed's Trainer callback ``current_step_time_seconds``,
+# ms-swift's ``memory(GiB)``) or a rate's in brackets, which names the concept (``train_speed(iter/s)``)
+_NAMED_UNIT = re.compile(r"(?:\((s|sec|ms|gib|gb|mib|mb|[a-z]{1,12}/s)\)|_(seconds|secs|ms|gib|mib))$")
+_UNIT_WORDS = {"seconds": "s", "secs": "s", "sec": "s", "s": "s", "ms": "ms", "gib": "GiB", "gb": "GB",
+               "mib": "MiB", "mb": "MB"}
 # a rate's spellings: ``_per_second``, ``_per_sec``, ``/second``, ``/sec`` -> ``/s``
 _RATE = re.compile(r"(?:_per_|/)sec(?:ond)?s?(?=$|/|_)")
 PER_DEVICE = re.compile(r"(?:/|[ _]per[ _])(?:device|gpu|GPU|chip|accelerator)(?![a-zA-Z])")
@@ -106,7 +112,21 @@ def kind(name: str, qualifier: str = "") -> str | None:
         return None if _MEAN.search(key) else "loss"
     if found == "mem" and qualifier and not qualifier.lower().endswith("mem"):
         return None  # ``memory/alloc_retries`` is no size; ``memory/peak_allocated_mem`` is
+    if found is None and (u := _NAMED_UNIT.search(key)) is not None:
+        if u.group(1) and "/" in u.group(1):
+            return CONCEPTS.get(u.group(1))  # a rate: ``(iter/s)`` names updates per second
+        # the name before its unit, if it is a memory's or a step's time (MLPerf's ``time_ms`` is a clock)
+        base, unit = kind(key[:u.start()]), _UNIT_WORDS[u.group(1) or u.group(2)]
+        if base in ("s", "ms", "time") and unit in ("s", "ms"):
+            return base if re.search("step|iter|batch", key[:u.start()]) else None
+        return base if base == "mem" and unit not in ("s", "ms") else None
     return found
+
+
+def named_unit(name: str) -> str | None:
+    """The unit a metric's name states after it (``_seconds``, ``(GiB)``), else None."""
+    u = _NAMED_UNIT.search(norm(name))
+    return _UNIT_WORDS.get(u.group(1) or u.group(2)) if u is not None else None
 
 
 def per_device(name: str) -> bool:
@@ -119,6 +139,7 @@ def put(rec: dict[str, Any], kind: str, name: str, v: float, unit: str | None, p
     value of a column wins; a memory size is ``_memory``: (column, MiB); another loss ``_loss``)."""
     if kind == "none":  # a part of the step (loading data, the forward pass), not the step
         return
+    unit = unit or named_unit(name)
     if kind in ("s", "ms", "time"):
         unit = unit or (kind if kind != "time" else None)
         if unit in ("s", "sec"):

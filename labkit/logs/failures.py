@@ -277,7 +277,8 @@ class FailureScanner:
         self._prev = line
         said = any(w in text for w in launchers.WORDS) and self._worker_failed(line, text)
         self._child_table(line, text, prev)
-        self._traceback(line, text, f is not None or said)
+        again = f is not None and c10d.RAISED_AGAIN in text  # the timeout raised again: an exception too
+        self._traceback(line, text, (f is not None or said) and not again)
 
     def _worker_failed(self, line: Line, text: str) -> bool:
         reports = launchers.worker_failed(text)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from labkit.logs import concepts, records
+
 # A dict whose first key is the training loss; the bar tqdm redraws can sit before it.
 _START = re.compile(r"\{(['\"])loss\1: ")
 _NUM = r"['\"]?(-?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,4})?|nan|-?inf)['\"]?"
@@ -66,4 +68,24 @@ def parse_trainer_dict(text: str) -> dict[str, Any] | None:
             v = _value(f.group(3))
             if v is not None and v == v:
                 rec.setdefault(_MEM_KEYS[f.group(2)], v * 1024.0)  # GiB -> MiB
+    _vocabulary(body, rec)
     return rec
+
+
+def _vocabulary(body: str, rec: dict[str, Any]) -> None:
+    """The dict's other keys the loops' vocabulary names (concepts.py): a trainer's step time
+    (``'current_step_time_seconds': 19.5``), speed (``'train_speed(iter/s)': 0.01689``), memory
+    (``'memory(GiB)': 10.31``), throughput; the keys above win."""
+    obj = records.find_object(body)
+    found: dict[str, Any] = {}
+    for key, value in (obj or {}).items():
+        kind = concepts.kind(str(key)) if str(key) not in _KEYS else None
+        v = records.number(value) if kind not in (None, "lm_loss", "loss", "lr", "grad_norm") else None
+        if v is not None and v == v:
+            concepts.put(found, kind, records.norm(str(key)), v, None, concepts.per_device(str(key)))
+    if "_memory" in found:
+        column, mib = found.pop("_memory")
+        rec.setdefault(column, mib)
+    for column, v in found.items():
+        if not column.startswith("_"):
+            rec.setdefault(column, v)

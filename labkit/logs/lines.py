@@ -75,8 +75,10 @@ _TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d(?::\d\d(?:[.,:
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)"
 # One prefix at the start of a line; each alternative is bounded, so no backtracking blow-up.
 _PREFIX = re.compile(
-    r"(?:[ \t]{0,8}\[rank:? ?(?P<r2>\d{1,6})\]:? ?"  # [rank3]: (torch), [rank 3] (picotron), [rank: 0]
-    #                                 (Lightning); indented where a page's code block holds the log
+    r"(?:[ \t]{0,8}\[rank[:=]? ?(?P<r2>\d{1,6})\]:? ?"  # [rank3]: (torch), [rank 3] (picotron), [rank: 0]
+    #                                 (Lightning), [rank=0] (Determined's, after its container's id or an
+    #                                 empty ``[] ``); indented where a page's code block holds the log
+    r"|\[\] (?=\[rank=)"  # (an empty ``[] `` elsewhere is a message's: elastic's role ``[] Starting``)
     r"|\[(?P<role>[A-Za-z_]{1,32})(?P<r1>\d{1,6})\]: ?"         # torchrun --tee [default3]:
     r"|\[[A-Za-z_][\w-]{0,31}\|(?P<r6>\d{1,6})\]: ?"           # TorchX [trainer0|3]:
     r"|\[(?:\d{1,6},(?:mpirank:)?)?(?P<r3>\d{1,6})(?:,[\w.-]{1,80})?\]<std(?:out|err)>: ?"  # Open MPI,

@@ -70,7 +70,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from labkit.logs import generic, multiline
+from labkit.logs import concepts, generic, multiline
 from labkit.logs.findings import UNTRIGGERED
 from labkit.logs.lines import clean_line
 from labkit.logs.scan import _hit
@@ -235,11 +235,16 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     rec: dict[str, Any] = {"iteration": int(m.group(1))}
     for label, value, unit in _PAIR.findall(text, m.end()):
         col = _KEYS.get(label.strip().lower())
-        if col is None or col in rec:
+        if col in rec:
             continue
         try:
             v = float(value.replace(",", ""))
         except ValueError:
+            continue
+        if col is None:  # a name of the loops' vocabulary (tt-train's ``Time: 53570.87 ms``), not a loss
+            kind = concepts.kind(label.strip())
+            if kind not in (None, "lm_loss", "loss"):
+                concepts.put(rec, kind, label.strip().lower(), v, unit or None, concepts.per_device(label))
             continue
         if col == "memory":
             if unit in _MIB:  # torchtitan's GiB are its peak reserved memory, picotron's GB now reserved

@@ -44,9 +44,10 @@ _INDENTED = re.compile(r"\s{1,16}(?:[|>*•-]\s{0,2}){0,3}[A-Za-z][\w/ .()-]{0,1
 # Time/step: 8.152810``; a value of nan too)
 _WRAPPED = re.compile(r"\s{0,8}\w{1,40}(?:=|:\s{1,2})(?:" + _NUM + r"|nan|NaN|inf)(?:,|$)")
 # a record a terminal's wrap cut inside its last field (a name without its value: MiniLLM's ``... |
-# rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``)
-_CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}$")
-_REST = re.compile(r"\s?[\w/-]{0,40}\s{0,2}[:=]\s{0,8}" + _NUM)
+# rev_kl: 0.0000 | stu``), and the line that holds the rest (``_lens: 97.3750 | mixed_lens: ...``); or
+# cut after the name's colon (YOLOX's ``..., conf_loss: `` / ``10.2, cls_loss: 1.0, ..., lr: 1.235e-06``)
+_CUT = re.compile(r"[|,]\s{0,4}[A-Za-z_][A-Za-z_ /-]{0,40}(?:[:=]\s{0,4})?$")
+_REST = re.compile(r"\s?(?:[\w/-]{0,40}\s{0,2}[:=]\s{0,8})?" + _NUM)
 # a record a console's logger wrapped at the terminal's width onto lines indented to its message's
 # column (rich's handler: ColossalAI's ``Training, Epoch: 0, Step: 1, Global_Step: 1, Loss:
 # distogram=4.159 ... fape=1.682`` / ``                             lddt=3.912 ... loss=162.822 ...``)
@@ -261,7 +262,7 @@ def _offer(recs: Records, line: Any) -> None:
         recs.close()
     if recs.held is not None and recs.cut:  # the rest of a field cut at the terminal's width
         if line.lineno <= recs.last + 1 and _REST.match(text) and not generic.counter(text):
-            recs.held += text.rstrip()  # the pieces join as printed
+            recs.held += (" " if recs.held[-1] in ":=" else "") + text.rstrip()  # the pieces join as printed
             recs.last = line.lineno
             recs.cut = len(recs.held) < 8000 and _CUT.search(recs.held) is not None
             if not recs.cut:
@@ -288,7 +289,7 @@ def _offer(recs: Records, line: Any) -> None:
     if wrapped or end in (":", "]") and _HEAD.fullmatch(text) or _counters_only(text):  # over lines
         recs.held, recs.wrap, recs.rank, recs.last = text, wrapped, line.rank, line.lineno
         return
-    if (end.isalpha() or end == "_") and _CUT.search(text) and generic.counter(text):  # cut inside a field
+    if (end.isalpha() or end in "_:=") and _CUT.search(text) and generic.counter(text):  # cut inside a field
         recs.held, recs.cut, recs.rank, recs.last = text.rstrip(), True, line.rank, line.lineno
         return
     if end.isdigit() and _ALONE.fullmatch(text):

@@ -123,3 +123,33 @@ def test_a_loops_counter_is_a_programs_output_not_refused():
     # and the nodes' addresses, no tool's line
     parsed = parse_log(_one("heldout7c", "wisteria"))
     assert len(parsed.iterations) == 0 and parsed.failure_records == []
+
+
+# --- round twenty-two (heldout7g-7j, scored on a4ea152) ---
+
+
+def test_megatron_v1s_model_parallel_line_is_tp_and_no_pipeline():
+    # ``> initializing model parallel with size 1`` after ``world_size ... 1`` (NVIDIA/Megatron-LM#51,
+    # 2020): v1 had no pipeline; a log that states a pipeline elsewhere keeps it (gpt-neox, heldout3o)
+    path = _one("heldout7g", "megatron51")
+    assert parse_log(path).layout == {"world_size": 1, "tp": 1, "pp": 1, "dp": 1, "cp": None}
+
+
+def test_a_traceback_header_without_the_prefix_its_frames_carry_is_that_ranks():
+    # ``Traceback (most recent call last):`` then ``[rank0]:   File ...`` frames, cut
+    # (alibaba/Pai-Megatron-Patch#332)
+    assert _kinds(_one("heldout7g", "pai_megatron_2024")) == [("python_exception", 0)]
+
+
+def test_torchs_cuda_runtime_error_is_the_thcudacheck_failure_it_raises():
+    # ``THCudaCheck FAIL ... error=10 : invalid device ordinal`` and ``RuntimeError: cuda runtime error
+    # (10) : invalid device ordinal at /pytorch/torch/csrc/cuda/Module.cpp:33`` (HRNet 171; DeepSpeed 61
+    # on Summit with error 101): one CUDA error, no exception of its own
+    for folder, words in (("heldout7j", "hrnet171"), ("heldout7i", "deepspeed_summit")):
+        assert [k for k, _ in _kinds(_one(folder, words))] == ["cuda_error"]
+
+
+def test_open_mpis_mpi_abort_banner_is_a_failed_rank():
+    # `` MPI_ABORT was invoked on rank 2 in communicator MPI COMMUNICATOR 5 DUP FROM 0`` / ``with
+    # errorcode 1.`` (aws/amazon-sagemaker-examples#3827): read, not refused
+    assert _kinds(_one("heldout7i", "sagemaker")) == [("child_failed", 2)]

@@ -14,6 +14,9 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"  # torch 1.x's THC: THCudaCheck FAIL file=..
                        r"|THCudaCheck FAIL .{0,400}? error=\d{1,4} : (?P<thc>.{1,200})"  # error=10 : ...
+                       # and its exception after it: ``RuntimeError: cuda runtime error (10) : invalid device
+                       # ordinal at /pytorch/torch/csrc/cuda/Module.cpp:33`` (one event: the words, no place)
+                       r"|cuda runtime error \(\d{1,4}\) : (?P<rt>[^\n]{1,200}?)(?: at \S{1,400})?\s{0,4}$"
                        r"|Cuda failure (?:\d{1,4} )?'(?P<nccl>[^'\n]{1,200})'"  # NCCL's WARN, 2.x
                        # NCCL's transports on a CUDA call's error (code and string): ``failed to open
                        # CUDA IPC handle : 64 peer access is not supported ...`` (p2p), ``rank 0 failed
@@ -64,7 +67,7 @@ def cuda_error(text: str, rank: int | None) -> tuple[int | None, str, str, str] 
         return rank, "a CUDA kernel's device-side assertion failed: " + text.strip(), "cuda_error", \
             "cuda:" + _DEVICE_ASSERT
     ecc = "ECC" in text or xid in _XID_MEMORY
-    what = next((m.group(g) for g in ("msg", "fail", "thc", "nccl", "dnn", "ipc", "quoted", "hsa")
+    what = next((m.group(g) for g in ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa")
                  if m.group(g)), "")
     named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
     rank = int(named.group(1)) if named else rank

@@ -228,7 +228,11 @@ class Tracebacks:
             if text[:3].isspace() and text.strip() or _FRAME.match(text):  # a frame's code line (4
                 self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
             if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
-                self.open[src] = line.lineno
+                bare = (None, line.host)  # (or printed the line before without the rank's prefix)
+                own = line.rank is not None and bare not in self.frame \
+                    and self.open.get(bare) == line.lineno - 1
+                header = self.open.pop(bare) if own else None
+                self.open[src] = header or line.lineno
             elif text[0] in _BOX and "\u2771" in text:  # rich's ``❱`` at a frame's line, its box's top cut:
                 self.open[src] = self.glued[src] = line.lineno  # open, ended by an exception's own line
                 return None

@@ -28,7 +28,8 @@ _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 _SIZE_WORDS = re.compile(r"\b(data|pipeline|tensor|context) parallel size: (\d{1,6})(?![\d.])")
 _WORD_KEYS = {"data": "dp", "pipeline": "pp", "tensor": "tp", "context": "cp"}
 # Megatron's groups as it builds them: ``> initialized tensor model parallel with size 8``, ``> initialized
-# pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP)
+# pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP; PP 1
+# where nothing else in the log states one)
 _INITIALIZED = re.compile(r"initializ(?:ed|ing) (tensor|pipeline|data|context|model)(?: model)? parallel"
                           r" with size (\d{1,6})(?!\d)")
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
@@ -258,6 +259,8 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             if ws is not None:
                 out["world_size"] = ws
         last = [last[1], text]
+    if out.pop("_v1", None):
+        out.setdefault("pp", 1)
     return out
 
 
@@ -325,6 +328,8 @@ def _read_flags(text: str, out: dict[str, int]) -> None:
             out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
         for m in _INITIALIZED.finditer(text) if "with size" in text else ():
             out.setdefault(_WORD_KEYS.get(m.group(1), "tp"), int(m.group(2)))
+            if m.group(1) == "model":  # v1's: no pipeline, unless the log states one elsewhere
+                out.setdefault("_v1", 1)
     elif "MEMBER: " in text:
         m = _MEMBER.search(text)
         if m:

@@ -153,3 +153,31 @@ def test_open_mpis_mpi_abort_banner_is_a_failed_rank():
     # `` MPI_ABORT was invoked on rank 2 in communicator MPI COMMUNICATOR 5 DUP FROM 0`` / ``with
     # errorcode 1.`` (aws/amazon-sagemaker-examples#3827): read, not refused
     assert _kinds(_one("heldout7i", "sagemaker")) == [("child_failed", 2)]
+
+
+# --- round twenty-three (heldout7k-7n, scored on b7dfd5e) ---
+
+
+def test_ipythons_traceback_cut_before_its_exception_is_an_exception():
+    # ``ProcessExitedException                    Traceback (most recent call last)`` then frames at
+    # the margin (``/tmp/ipykernel_11960/4075470079.py in <module>``, ``----> 3 notebook_launcher(...)``),
+    # cut (huggingface/accelerate#664; NVIDIA/tacotron2#473's ``<ipython-input-7-...> in load_model``)
+    for words in ("accelerate664", "tacotron2_473"):
+        assert [k for k, _ in _kinds(_one("heldout7n", words))] == ["python_exception"]
+
+
+def test_a_ci_systems_month_day_time_prefix_is_taken_off():
+    # CircleCI's ``Nov 26 23:08:31 `` before every line of a unittest traceback (pytorch/pytorch#48500)
+    assert [k for k, _ in _kinds(_one("heldout7n", "pytorch48500"))] == ["python_exception"]
+
+
+def test_torch_elastics_signal_field_alone_is_a_worker_a_signal_ended():
+    # rows of a ChildFailedError table a user shortened (nvidia-cosmos/cosmos-predict2.5#72):
+    # ``exitcode  : -9 (SIGKILL)``, ``traceback : Signal 9 (SIGKILL) received by PID xxx``
+    assert [k for k, _ in _kinds(_one("heldout7m", "cosmos"))] == ["child_failed", "host_oom"]
+
+
+def test_a_cgroups_oom_killer_line_is_host_oom():
+    # the kernel's ``Memory cgroup out of memory: Killed process 629 (onmt_train) ...``
+    # (ymoslem/OpenNMT-Tutorial#6)
+    assert "host_oom" in [k for k, _ in _kinds(_one("heldout7m", "opennmt"))]

@@ -188,6 +188,11 @@ _CHAINED = ("During handling", "The above exception")
 # recent call last) ───╮``, ``│ ❱ 1013 │   raise RuntimeError(...)  │``, ``╰───╯``; the exception's own
 # line follows the box
 _BOX = "│╰┃┗"
+# IPython's traceback (Jupyter, Colab): the exception's name in its header, ``ProcessExitedException
+# Traceback (most recent call last)``; its frames at the margin, ``/tmp/ipykernel_11960/40.py in <module>``,
+# ``<ipython-input-7-e3d9> in load_model(hparams)``, ``Cell In[27], line 3`` (IPython 8), code lines
+# ``----> 3 notebook_launcher(...)``; the exception's own line ends it
+_IPYTHON = re.compile(r"^[A-Za-z_][\w.]{0,200} {2,}Traceback \(most recent call last\)")
 
 
 class Tracebacks:
@@ -203,6 +208,7 @@ class Tracebacks:
         self.stopping: set[tuple] = set()  # sources whose traceback chain holds a stop's exception
         self.after_stop = False  # the exception feed returned was chained after a stop's
         self.margin: dict[tuple, int] = {}  # source -> the line of its last frame at the margin
+        self.ipython: set[tuple] = set()  # sources whose open traceback is IPython's
 
     @property
     def busy(self) -> bool:
@@ -221,6 +227,7 @@ class Tracebacks:
                 self.glued[src] = line.lineno
             self.open[src] = line.lineno
             self.frame.pop(src, None)
+            (self.ipython.add if _IPYTHON.match(text) else self.ipython.discard)(src)
             return None
         after_code, self.indented = self.indented == (src, line.lineno - 1), None
         if src not in self.open and text:
@@ -253,6 +260,10 @@ class Tracebacks:
                 self.frame[src] = text.strip()
             return None
         m = _EXC_LINE.match(text)
+        if m is None and src in self.ipython:  # IPython's frame or code line, at the margin
+            if " in " in text or text.startswith("Cell In"):
+                self.frame[src] = text.strip()
+            return None
         if m is not None and m.group(2):
             return None  # a wrapper of an exception raised elsewhere: its frames follow
         if src in self.glued:
@@ -262,6 +273,7 @@ class Tracebacks:
             del self.glued[src]
         del self.open[src]
         self.frame.pop(src, None)
+        self.ipython.discard(src)
         if m is None:
             return None
         self.after_stop = src in self.stopping
@@ -275,4 +287,5 @@ class Tracebacks:
         self.open.clear()
         self.frame.clear()
         self.glued.clear()
+        self.ipython.clear()
         return out

@@ -50,7 +50,10 @@ _SLURM = re.compile(r"\*\*\* (?:JOB|STEP) (\d{1,12}(?:[._]\w{1,12})?) (?:ON (\S{
 # that failed, a job or step Slurm ended in state NODE_FAIL
 _NODE_FAIL = re.compile(r"(?:srun|salloc|sbatch)(?:-[\w.-]{1,60})?: error: Node failure on (\S{1,100})"
                         r"|Task launch for \S{1,60} failed on node (\S{1,100})|NODE_FAIL")
-_TABLE_EXIT = re.compile(r"-?\d{1,4} \(pid: \d{1,12}\)")  # a root-cause row: "exitcode  : -6 (pid: 42)"
+# a root-cause row: "exitcode  : -6 (pid: 42)" (or, shortened by a user, "-9 (SIGKILL)"), or its field
+# "traceback : Signal 9 (SIGKILL) received by PID 42" (torch elastic's words for a worker a signal ended)
+_TABLE_EXIT = re.compile(r"-?\d{1,4} \((?:pid: \d{1,12}|SIG[A-Z]{2,8})\)")
+_TABLE_SIGNAL = re.compile(r"(?i)signal (\d{1,2}) \(SIG[A-Z]{2,8}\) received by PID")
 _ROOT_FIELD = re.compile(r"^\s{0,8}(rank|exitcode|host|traceback)\s{0,8}: (.{0,300})$")
 # an excepthook's last word (OLMo: ``Uncaught OLMoThreadError: generator thread data thread 3 failed``);
 # horovod.run's of what a worker's function raised: ``User function raise error: 2 root error(s) found.``
@@ -294,8 +297,9 @@ class FailureScanner:
             self._child_left, self._victims = 40, False
             return
         m = _ROOT_FIELD.match(text)
-        if (self._child_left <= 0 or self._child is None) and m and m.group(1) == "exitcode" \
-                and _TABLE_EXIT.match(m.group(2).strip()):
+        if (self._child_left <= 0 or self._child is None) and m and (
+                m.group(1) == "exitcode" and _TABLE_EXIT.match(m.group(2).strip())
+                or m.group(1) == "traceback" and _TABLE_SIGNAL.match(m.group(2).strip())):
             # a root-cause row without its header (a pasted part of the table)
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError table)",
@@ -333,8 +337,11 @@ class FailureScanner:
                                  f"(exitcode {value})", HINTS["sigkill"], evidence="signal", key="sigkill"))
         elif name == "host":
             c.message += f", host {value}"
-        elif name == "traceback" and "Signal" in value:
+        elif name == "traceback" and (sig := _TABLE_SIGNAL.match(value)):
             c.message += f" ({value})"
+            if sig.group(1) == "9":
+                self.add(Failure("host_oom", c.rank, line.lineno, f"rank {c.rank} killed by SIGKILL "
+                                 f"({value})", HINTS["sigkill"], evidence="signal", key="sigkill"))
 
     def _traceback(self, line: Line, text: str, matched: bool) -> None:
         exc = self._tb.feed(line)

@@ -94,6 +94,7 @@ _PREFIX = re.compile(
     r"|(?>\s{0,4}[\[(]?" + _TS + r"[\])]?)(?!\s{0,4}iteration\s{1,40}\d)(?: [-|] |: | |:)?"  # a time stamp
     r"|(?>\[?(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?) "   # a time of day (vLLM's: 04-07 00:57:46)
     r"|\[(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d\] "  # ColBERT's
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2} \d\d:\d\d:\d\d "  # syslog's, CI's
     r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2}"
     r" \d\d:\d\d:\d\d \d{4} ?(?=\[\d)"                             # horovodrun's: Fri Sep 25 16:52:57 2020[1]
     r"|[IWEF](?:\d{8}|\d{4}) \d\d:\d\d:\d\d(?:\.\d{1,9})? {1,8}\d{1,9} (?:[\w.-]{1,80} )?"  # glog, absl;

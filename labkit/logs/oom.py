@@ -31,7 +31,7 @@ CPU_OOM = re.compile(r"DefaultCPUAllocator: can't allocate memory|alloc_cpu\.cpp
                      r"|^MemoryError\b|Cannot allocate memory|\bmemory allocation of \d{1,20} bytes failed")
 SLURM_OOM = re.compile(r"Detected \d{1,9} oom[-_]kill event|killed by the cgroup out-of-memory"
                        r"|task \d{1,6}(?:-\d{1,6})?: Out Of Memory|Exceeded (?:job|step) memory limit"
-                       r"|Out of memory: Kill(?:ed)? process")
+                       r"|[Oo]ut of memory: Kill(?:ed)? process")  # the kernel's, a cgroup's
 # Ray's memory monitor (2.2 on) kills a worker before the kernel would: the raylet's summary ``1 Workers
 # (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons``, the
 # task's error ``ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.``

@@ -181,3 +181,29 @@ def test_a_cgroups_oom_killer_line_is_host_oom():
     # the kernel's ``Memory cgroup out of memory: Killed process 629 (onmt_train) ...``
     # (ymoslem/OpenNMT-Tutorial#6)
     assert "host_oom" in [k for k, _ in _kinds(_one("heldout7m", "opennmt"))]
+
+
+# --- round twenty-four (heldout7o-7r, scored on f70bab0) ---
+
+
+def test_the_cuda_runtimes_error_by_its_name_or_a_libraries_wrapper_of_it():
+    # ``[torch_memory_saver.cpp] cudaError error: 1 (invalid argument) file=csrc/core.cpp func=pause
+    # line=133 [repeated 2x across cluster].`` (THUDM/slime#1786)
+    assert [k for k, _ in _kinds(_one("heldout7r", "slime_2026_glm5"))] == ["cuda_error"]
+    assert cuda_error("RuntimeError: failed: cudaErrorIllegalAddress", None) is not None
+    # torch's hint after an out-of-memory error names the enum: no event of its own
+    hint = "Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+    assert cuda_error(hint, None) is None and GPU_OOM.search(hint) is None
+
+
+def test_a_consoles_marks_between_a_tracebacks_lines_keep_it_open():
+    # a traceback copied from a web console, a time stamp, a blank and the pod's id
+    # (``2855e530…vdumckda``) between its lines, cut (THUDM/slime#1739)
+    assert [k for k, _ in _kinds(_one("heldout7r", "web_console"))] == ["python_exception"]
+
+
+def test_a_log_services_json_entry_is_a_log_not_a_config():
+    # a Google AI Platform job's Cloud Logging entry over many lines (FIRST-Tech-Challenge/fmltc#244):
+    # ``"severity": "ERROR"``, ``"jsonPayload": {... "levelname": "ERROR"}``
+    parsed = parse_log(_one("heldout7q", "cloud_logging"))
+    assert len(parsed.iterations) == 0 and parsed.failure_records == []

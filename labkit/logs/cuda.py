@@ -30,6 +30,10 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled cuda error"
                        # on ROCm, whose runtime also says ``HW Exception by GPU node-9 ... :GPU Hang``)
                        r"|(?:CUDA|HIP) error (?:\d{1,4}|\S{1,300}:\d{1,6}) '(?P<quoted>[^'\n]{1,200})'"
                        r"|(?P<drv>\[ {0,3}\d{1,4}\] \S{0,300}libcuda\.so|from \S{0,300}libcuda\.so)"
+                       # the runtime's error by its enum's name, or a library's wrapper of it with the code
+                       # and its string (torch_memory_saver's ``cudaError error: 1 (invalid argument)``)
+                       r"|(?<!Search for `)\bcudaError(?P<enum>[A-Z]\w{1,40})"
+                       r"|\bcudaError(?: error)?:? \d{1,4} \((?P<wrapped>[^)\n]{1,100})\)"
                        r"|(?P<hsa>(?:HW Exception|Memory access fault) by GPU node-\d{1,4})"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
@@ -67,8 +71,8 @@ def cuda_error(text: str, rank: int | None) -> tuple[int | None, str, str, str] 
         return rank, "a CUDA kernel's device-side assertion failed: " + text.strip(), "cuda_error", \
             "cuda:" + _DEVICE_ASSERT
     ecc = "ECC" in text or xid in _XID_MEMORY
-    what = next((m.group(g) for g in ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa")
-                 if m.group(g)), "")
+    groups = ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa", "enum", "wrapped")
+    what = next((m.group(g) for g in groups if m.group(g)), "")
     named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
     rank = int(named.group(1)) if named else rank
     return rank, text.strip(), "ecc" if ecc else "cuda_error", f"cuda:{'ecc' if ecc else what[:40]}"

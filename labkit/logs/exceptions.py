@@ -260,6 +260,10 @@ class Tracebacks:
                 self.frame[src] = text.strip()
             return None
         m = _EXC_LINE.match(text)
+        if m is None and " " not in text.strip() and ":" not in text and any(c.isalnum() for c in text):
+            # a console's mark between its lines (a pod's id: ``2855e530…vdumckda``); a table's ``[2]:``
+            # or rule (``=====``) ends the traceback
+            return None
         if m is None and src in self.ipython:  # IPython's frame or code line, at the margin
             if " in " in text or text.startswith("Cell In"):
                 self.frame[src] = text.strip()

@@ -107,6 +107,7 @@ _OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICA
 # A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment
 _CONFIG_LINE = re.compile(r"\s*(?:#|;|- |[\w.\"'-]{1,80}(?::(?:\s|$)|\s{0,4}=)|\[[\w. -]{1,80}\]\s*$)")
 _OUTPUT_BYTES = 8 << 20  # what program_output looks at, from the start
+_LOG_ENTRY = {"severity", "levelname", "logName", "textPayload", "jsonPayload"}  # a log service's keys
 # A terminal's hard wrap pasted as text: the rest of the row filled with blanks, mid-word
 # (``Attempted loss scal                                 e: 8192``).
 _WRAP = re.compile(r" {8,200}")
@@ -322,10 +323,11 @@ def program_output(lines: Iterable[str] | Iterable[bytes]) -> int:
         if _OUTPUT.search(line):
             last = n
     text = "".join(head) if head and head[0].endswith("\n") else "\n".join(head)
-    if not last or text.lstrip()[:1] in ("{", "["):  # JSON is a config, or a record parse.py reads
-        try:
-            json.loads(text)
-            return 0
+    if not last or text.lstrip()[:1] in ("{", "["):  # JSON is a config, or a record parse.py reads,
+        try:  # unless it is a log service's entry (Cloud Logging's ``"severity": "ERROR"``, ``jsonPayload``)
+            doc = json.loads(text)
+            entries = doc if isinstance(doc, list) else [doc]
+            return len(head) if any(isinstance(e, dict) and _LOG_ENTRY & set(e) for e in entries) else 0
         except ValueError:
             pass
     kept = [ln for ln in head if ln.strip()]

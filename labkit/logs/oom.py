@@ -21,7 +21,7 @@ GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: o
                      r"|(?:cuda runtime error \(2\)|THCudaCheck FAIL .{0,300}error=2) : out of memory"
                      r"|RESOURCE_EXHAUSTED: .{0,200}?(?:[Oo]ut of memory|Ran out of memory in memory space)"
                      r"|OOM when allocating tensor .{0,400}device:(?:GPU|TPU)"
-                     r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
+                     r"|CUDA_ERROR_OUT_OF_MEMORY|(?<!Search for `)cudaErrorMemoryAllocation")  # (no hint's)
 TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
 SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}

@@ -207,3 +207,20 @@ def test_a_log_services_json_entry_is_a_log_not_a_config():
     # ``"severity": "ERROR"``, ``"jsonPayload": {... "levelname": "ERROR"}``
     parsed = parse_log(_one("heldout7q", "cloud_logging"))
     assert len(parsed.iterations) == 0 and parsed.failure_records == []
+
+
+# --- round twenty-five (heldout7s-7v, scored on 6a5f4d6) ---
+
+
+def test_an_optimizers_step_time_is_no_training_steps_record():
+    # a tracing fork's timers (fwyc0573/Megatron-LM, node0.log): ``mixedprecisionOptimizer | Optimizer
+    # step time: 208.094970703125`` is a part of the step; ColossalAI's ``Step time: 22.885`` stays one
+    assert len(parse_log(_one("heldout7s", "tracing_fork")).iterations) == 0
+    from labkit.logs import generic
+    assert generic.parse("INFO: Step time: 22.885")["elapsed_ms"] == 22885.0
+
+
+def test_a_cut_traceback_whose_last_call_is_a_collective_is_the_timeouts():
+    # a watchdog timeout on rank 1, then a traceback cut after ``torch.distributed.all_gather(...)``, a
+    # call in the program's own file (ShiqiYu/OpenGait#128)
+    assert _kinds(_one("heldout7v", "opengait")) == [("nccl_timeout", 1)]

@@ -258,6 +258,8 @@ class Tracebacks:
         if text[0].isspace() or text[0] in _BOX:  # a frame's line, or a rich box's (its frames drawn)
             if text.lstrip().startswith("File "):
                 self.frame[src] = text.strip()
+            elif src in self.frame and " | " not in self.frame[src]:  # the frame's code: its call
+                self.frame[src] += " | " + text.strip()
             return None
         m = _EXC_LINE.match(text)
         if m is None and " " not in text.strip() and ":" not in text and any(c.isalnum() for c in text):

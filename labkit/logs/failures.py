@@ -188,7 +188,7 @@ def exception_failure(message: str, rank: int | None, line: int | None, stopping
 
 
 _KILLS = ("sigkill", "slurm-oom", "ray-oom")  # host_oom keys of a process killed, not of an error it raised
-_TORCH_DIST = re.compile(r"torch[/\\]distributed[/\\]")
+_TORCH_DIST = re.compile(r"torch[/\\.]distributed[/\\.]")  # a frame's file, or its call's name
 
 
 def _explains(f: Failure, frame: str) -> bool:

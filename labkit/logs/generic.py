@@ -139,8 +139,10 @@ _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?
 
 # a line that ends in one step's time and prints no other metric (ColossalAI's benchmark: ``INFO:
 # Step time: 22.885``, between its wrapped logger lines): seconds where no unit is printed, as the
-# clocks of Python's time module count
-_STEP_TIME = re.compile(r"(?i)(?:^|[\s:|,])(?:step|iter(?:ation)?|batch)[ _]time\s{0,2}[:=]\s{0,4}("
+# clocks of Python's time module count; an optimizer's step is a part of the step (a fork's timer:
+# ``mixedprecisionOptimizer | Optimizer step time: 208.09``)
+_STEP_TIME = re.compile(r"(?i)(?:^|(?<!optimizer)[\s:|,])(?:step|iter(?:ation)?|batch)[ _]time"
+                        r"\s{0,2}[:=]\s{0,4}("
                         + NUM + r")\s{0,2}(ms|s)?\s{0,8}$")
 
 

@@ -224,3 +224,31 @@ def test_a_cut_traceback_whose_last_call_is_a_collective_is_the_timeouts():
     # a watchdog timeout on rank 1, then a traceback cut after ``torch.distributed.all_gather(...)``, a
     # call in the program's own file (ShiqiYu/OpenGait#128)
     assert _kinds(_one("heldout7v", "opengait")) == [("nccl_timeout", 1)]
+
+
+# --- round twenty-six (heldout7w-7z, scored on a05a677; these rules came after its score) ---
+
+
+def test_open_mpis_tag_marks_a_programs_output_not_refused():
+    # nccl-tests rows behind indented ``[1,0]<stdout>:`` tags, no header (bottlerocket-kernel-kit#313)
+    parsed = parse_log(_one("heldout7y", "efa_mpi_operator"))
+    assert parsed.failure_records == [] and len(parsed.iterations) == 0
+
+
+def test_rccl_tests_version_line_inside_the_header_keeps_its_rank_lines():
+    # ``rccl-tests: Version develop:83d38d9`` between ``# nThread 1 nGpus 8 ...`` and ``# Using devices``
+    # (crickett-hpe/hpc-ai-envs#30): the table's eight ranks
+    path = _one("heldout7y", "mi300x")
+    want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["nccl"]["tests"][0]
+    got = parse_log(path).nccl_tests[0]
+    assert got["ranks"] == want["ranks"] == 8
+
+
+def test_threadings_header_opens_the_threads_traceback():
+    # ``Exception in thread Thread-5:`` with the traceback after it cut (mlfoundations/open_clip#40)
+    assert [k for k, _ in _kinds(_one("heldout7z", "open_clip"))] == ["python_exception"]
+
+
+def test_nccl_tests_unhandled_cuda_error_is_a_cuda_error():
+    # ``c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'`` (NVIDIA/nccl-tests#280)
+    assert [k for k, _ in _kinds(_one("heldout7y", "unhandled_cuda_error"))] == ["cuda_error"]

@@ -192,6 +192,8 @@ _BOX = "│╰┃┗"
 # Traceback (most recent call last)``; its frames at the margin, ``/tmp/ipykernel_11960/40.py in <module>``,
 # ``<ipython-input-7-e3d9> in load_model(hparams)``, ``Cell In[27], line 3`` (IPython 8), code lines
 # ``----> 3 notebook_launcher(...)``; the exception's own line ends it
+# threading's header before a thread's traceback: ``Exception in thread Thread-5:`` (its traceback follows)
+_THREAD = re.compile(r"^Exception in thread .{1,200}:\s{0,4}$")
 _IPYTHON = re.compile(r"^[A-Za-z_][\w.]{0,200} {2,}Traceback \(most recent call last\)")
 
 
@@ -209,6 +211,7 @@ class Tracebacks:
         self.after_stop = False  # the exception feed returned was chained after a stop's
         self.margin: dict[tuple, int] = {}  # source -> the line of its last frame at the margin
         self.ipython: set[tuple] = set()  # sources whose open traceback is IPython's
+        self.thread: set[tuple] = set()  # sources whose open traceback began at threading's header
 
     @property
     def busy(self) -> bool:
@@ -220,12 +223,15 @@ class Tracebacks:
         self.after_stop = False
         if text.startswith(_CHAINED):
             self.link[src] = line.lineno
-        if "Traceback (most recent call last)" in text:
+        if "Traceback (most recent call last)" in text or _THREAD.match(text):
             if line.lineno - self.link.get(src, -9) > 2:
                 self.stopping.discard(src)  # a traceback of its own, not a chain's next link
-            if src in self.open or text[0].isspace() and text.lstrip().startswith("Traceback"):
+            after_thread = self.open.get(src) == line.lineno - 1 and src in self.thread
+            indented = text[0].isspace() and text.lstrip().startswith("Traceback")
+            if (src in self.open and not after_thread) or indented:
                 self.glued[src] = line.lineno
-            self.open[src] = line.lineno
+            (self.thread.add if _THREAD.match(text) else self.thread.discard)(src)
+            self.open[src] = self.open[src] if after_thread else line.lineno
             self.frame.pop(src, None)
             (self.ipython.add if _IPYTHON.match(text) else self.ipython.discard)(src)
             return None

@@ -46,10 +46,12 @@ _NAMES = {"size": "size_bytes", "bytes": "size_bytes", "count": "count", "N": "c
           "algbw": "algbw_gbps", "busbw": "busbw_gbps", "#wrong": "wrong", "error": "error", "res": "error",
           "wrong": "wrong"}
 _HEAD_WORDS = ("nccl-tests version", "Collective test starting", "nThread ", "Using devices",
-               "Blocking Enabled", "Parallel Init", "Per-Iteration", "Swap Comms", "labkit allreduce_bench")
+               "Blocking Enabled", "Parallel Init", "Per-Iteration", "Swap Comms", "labkit allreduce_bench",
+               "rccl-tests: Version")  # (ROCm's fork prints its version inside the header)
+# (rccl-tests on ROCm may print no device: ``#  Rank  0 Group  0 Pid  37300 on   g100n126 ``)
 _RANK = re.compile(r"^Rank\s{1,8}(\d{1,7})(?:\s{1,8}Group\s{1,8}\d{1,7})?(?:\s{1,8}Pid\s{1,8}\d{1,10})?"
-                   r"\s{1,8}on\s{1,24}(\S{1,255})\s{1,8}(?:\(\S{1,64}\)\s{1,8})?device\s{1,8}(\w{1,16})"
-                   r"(?:\s{1,8}\[[\w:]{1,20}\])?\s{0,8}(.{0,120})")
+                   r"\s{1,8}on\s{1,24}(\S{1,255})(?:\s{1,8}(?:\(\S{1,64}\)\s{1,8})?device\s{1,8}(\w{1,16})"
+                   r"(?:\s{1,8}\[[\w:]{1,20}\])?\s{0,8}(.{0,120}))?\s{0,8}$")
 _VERSION = re.compile(r"nccl-tests version (\S{1,40}) nccl-headers=(\d{1,9}) nccl-library=(\d{1,9})")
 _PROGRAM = re.compile(r"(?<![\w.])(\w{1,40})_perf(?:_mpi)?\b")
 _SECTION = re.compile(r"^op=(\w{1,40})(.{0,400})$")
@@ -202,7 +204,7 @@ class Tables:
         if self.state == 1:
             m = _RANK.match(body)
             if m:
-                self.devices[int(m.group(1))] = (m.group(2), m.group(3), m.group(4).strip())
+                self.devices[int(m.group(1))] = (m.group(2), m.group(3) or "", (m.group(4) or "").strip())
             elif body.startswith("op="):
                 self._section(body)
             elif body and "out-of-place" not in body and "NCCL" not in text:

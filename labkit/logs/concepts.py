@@ -6,9 +6,11 @@ and ``scale``, or ``tgs``, ``tokens/gpu/s`` and ``tokens_per_second_per_gpu``. A
 before it is looked up (:func:`canon`): case, ``_``/``-``/blanks alike; a rate's spelling
 (``_per_second``, ``_per_sec``, ``/second``, ``/sec``) is ``/s``; a device (``/gpu``, ``_per_device``,
 ``per_gpu``, `` per GPU``) is a flag, not part of the name; a prefix saying over what the value was
-taken (``interval_``, ``train_``, ``training_``, ``num_``) is dropped; an abbreviation (``tot``,
-``tgs``, ``sps``) is the word it stands for. The normalized name is then matched against one table
-of concepts (:data:`CONCEPTS`, records.py's names and their kin), each a column kind:
+taken (``interval_``, ``train_``, ``training_``, ``num_``, ``current_``) is dropped; an abbreviation
+(``tot``, ``tgs``, ``sps``) is the word it stands for; a unit the name states after it (``_seconds``,
+``(GiB)``) is the value's, and a rate in brackets (``(iter/s)``) names the concept. The normalized
+name is then matched against one table of concepts (:data:`CONCEPTS`, records.py's names and their
+kin), each a column kind:
 
 - ``lm_loss`` the loss (``total``/``tot``/``overall``/``lm`` loss wins where a record prints its
   parts too); ``loss`` a loss of another name (any name ending in ``loss`` that is no running mean);

@@ -192,9 +192,9 @@ _BOX = "│╰┃┗"
 # Traceback (most recent call last)``; its frames at the margin, ``/tmp/ipykernel_11960/40.py in <module>``,
 # ``<ipython-input-7-e3d9> in load_model(hparams)``, ``Cell In[27], line 3`` (IPython 8), code lines
 # ``----> 3 notebook_launcher(...)``; the exception's own line ends it
+_IPYTHON = re.compile(r"^[A-Za-z_][\w.]{0,200} {2,}Traceback \(most recent call last\)")
 # threading's header before a thread's traceback: ``Exception in thread Thread-5:`` (its traceback follows)
 _THREAD = re.compile(r"^Exception in thread .{1,200}:\s{0,4}$")
-_IPYTHON = re.compile(r"^[A-Za-z_][\w.]{0,200} {2,}Traceback \(most recent call last\)")
 
 
 class Tracebacks:
@@ -300,4 +300,5 @@ class Tracebacks:
         self.frame.clear()
         self.glued.clear()
         self.ipython.clear()
+        self.thread.clear()
         return out

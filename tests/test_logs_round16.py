@@ -164,6 +164,7 @@ def test_megatrons_groups_as_it_builds_them_state_tp_and_pp(path):
     want = json.loads(path.with_name(path.stem + ".expected.json").read_text())["layout"]
     said = launcher_flags([ln for ln in path.read_text(errors="replace").splitlines()
                            if "parallel with size" in ln])
+    said.pop("v1", None)  # v1's line marks the log as Megatron v1's (frames.layout_of: no pipeline)
     assert said and all(said[k] == want[k] for k in said), (said, want)
     assert len(INITIALIZED) >= 10
 

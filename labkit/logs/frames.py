@@ -33,12 +33,14 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
     for key in ("world_size", "dp"):  # DeepSpeed's launcher and flops profiler
         if lay.get(key) is None and key in col.launcher:
             lay[key] = col.launcher[key]
-    if v1 and lay.get("pp") is None:
-        lay["pp"] = 1
     if head is not None and (lay.get("tp") is None or lay.get("pp") is None or lay.get("world_size") is None):
         for key, v in launcher_flags(head()).items():
-            if lay.get(key) is None:
+            if key == "v1":  # its ``initializing model parallel with size N`` line
+                v1 = v1 or v
+            elif lay.get(key) is None:
                 lay[key] = v
+    if v1 and lay.get("pp") is None:  # Megatron v1 had no pipeline: PP 1 where nothing states one
+        lay["pp"] = 1
     ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
     if lay.get("dp") is None and ws and tp and pp:
         lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed

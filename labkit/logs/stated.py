@@ -28,8 +28,7 @@ _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 _SIZE_WORDS = re.compile(r"\b(data|pipeline|tensor|context) parallel size: (\d{1,6})(?![\d.])")
 _WORD_KEYS = {"data": "dp", "pipeline": "pp", "tensor": "tp", "context": "cp"}
 # Megatron's groups as it builds them: ``> initialized tensor model parallel with size 8``, ``> initialized
-# pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP; PP 1
-# where nothing else in the log states one)
+# pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP)
 _INITIALIZED = re.compile(r"initializ(?:ed|ing) (tensor|pipeline|data|context|model)(?: model)? parallel"
                           r" with size (\d{1,6})(?!\d)")
 # PyTorch Lightning's DDP start: ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16``
@@ -239,7 +238,7 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
     program's count of its ranks (_RANK_COUNT), DeepSpeed's data-parallel group size (_DP_WORLD) and
     its pipeline topology (deepspeed.topology), gpt-neox's keys (deepspeed.neox_sizes), Megatron's
     groups as it builds them (_INITIALIZED), the sizes in words (_SIZE_WORDS), and the sizes of a
-    device mesh or of a program's ``world=N tp=T dp=D`` statement."""
+    device mesh or of a program's ``world=N tp=T dp=D`` statement; ``v1``: the log is Megatron v1's."""
     out: dict[str, int] = {}
     serving = _Serving()
     last = ["", ""]  # the two lines read before this one (a RAS summary's headers)
@@ -259,8 +258,6 @@ def launcher_flags(lines: Iterable[str] | Iterable[bytes], limit: int = HEAD_BYT
             if ws is not None:
                 out["world_size"] = ws
         last = [last[1], text]
-    if out.pop("_v1", None):
-        out.setdefault("pp", 1)
     return out
 
 
@@ -328,8 +325,8 @@ def _read_flags(text: str, out: dict[str, int]) -> None:
             out.setdefault(_WORD_KEYS[m.group(1)], int(m.group(2)))
         for m in _INITIALIZED.finditer(text) if "with size" in text else ():
             out.setdefault(_WORD_KEYS.get(m.group(1), "tp"), int(m.group(2)))
-            if m.group(1) == "model":  # v1's: no pipeline, unless the log states one elsewhere
-                out.setdefault("_v1", 1)
+            if m.group(1) == "model":  # Megatron v1's statement, as its ``using world size`` line
+                out.setdefault("v1", 1)  # (frames.layout_of: no pipeline, unless the log states one)
     elif "MEMBER: " in text:
         m = _MEMBER.search(text)
         if m:

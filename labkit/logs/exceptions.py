@@ -51,6 +51,9 @@ _MAX_LINES = 400  # a record this long is no error record (a config dump): close
 # ``  what():  ...``) ends a traceback whose header the log cut.
 _FRAME = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}, in ')
 _MARGIN_FRAME = re.compile(r'^File "[^"]{1,500}", line \d{1,7}\b')
+# A frame hard-wrapped by the terminal or the page (``  File "x.py", line 11`` then ``9, in f``): its
+# next line is its rest, whatever it starts with.
+_FRAME_CUT = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}(?:, ?i?n?)?\s{0,200}$')
 _QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception):\s{1,4}\S")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
 # An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
@@ -212,6 +215,8 @@ class Tracebacks:
         self.margin: dict[tuple, int] = {}  # source -> the line of its last frame at the margin
         self.ipython: set[tuple] = set()  # sources whose open traceback is IPython's
         self.thread: set[tuple] = set()  # sources whose open traceback began at threading's header
+        self.headless: set[tuple] = set()  # sources whose open traceback began at a frame (header cut)
+        self.wrapped: dict[tuple, int] = {}  # source -> the line of its last hard-wrapped frame
 
     @property
     def busy(self) -> bool:
@@ -233,6 +238,7 @@ class Tracebacks:
             (self.thread.add if _THREAD.match(text) else self.thread.discard)(src)
             self.open[src] = self.open[src] if after_thread else line.lineno
             self.frame.pop(src, None)
+            self.headless.discard(src)
             (self.ipython.add if _IPYTHON.match(text) else self.ipython.discard)(src)
             return None
         after_code, self.indented = self.indented == (src, line.lineno - 1), None
@@ -240,12 +246,14 @@ class Tracebacks:
             code = self.code
             if text[:3].isspace() and text.strip() or _FRAME.match(text):  # a frame's code line (4
                 self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
-            if _FRAME.match(text):  # a frame of a traceback whose header the log cut: it is open
-                bare = (None, line.host)  # (or printed the line before without the rank's prefix)
+            if _FRAME.match(text) or _FRAME_CUT.match(text):  # a frame of a traceback whose header
+                bare = (None, line.host)  # the log cut: it is open (or printed the line before without
                 own = line.rank is not None and bare not in self.frame \
-                    and self.open.get(bare) == line.lineno - 1
+                    and self.open.get(bare) == line.lineno - 1  # the rank's prefix)
                 header = self.open.pop(bare) if own else None
                 self.open[src] = header or line.lineno
+                if not header:
+                    self.headless.add(src)
             elif text[0] in _BOX and "\u2771" in text:  # rich's ``❱`` at a frame's line, its box's top cut:
                 self.open[src] = self.glued[src] = line.lineno  # open, ended by an exception's own line
                 return None
@@ -256,6 +264,10 @@ class Tracebacks:
                 return text.lstrip()
         if src not in self.open or not text or text.startswith(_CHAINED):
             return None
+        if _FRAME_CUT.match(text):
+            self.wrapped[src] = line.lineno
+        elif self.wrapped.get(src) == line.lineno - 1:
+            return None  # the rest of a hard-wrapped frame
         if _MARGIN_FRAME.match(text) or (self.margin.get(src) == line.lineno - 1
                                          and _EXC_LINE.match(text) is None):
             if text.startswith("File "):  # a frame at the margin: a log collector stripped the blanks
@@ -284,8 +296,12 @@ class Tracebacks:
                 return None
             del self.glued[src]
         del self.open[src]
-        self.frame.pop(src, None)
+        frame = self.frame.pop(src, None) or ""
         self.ipython.discard(src)
+        if src in self.headless:  # no header: only an exception's own line ends it as one
+            self.headless.discard(src)
+            if m is not None and not _tail_end(text, "    " + frame.partition(" | ")[2]):
+                return None
         if m is None:
             return None
         self.after_stop = src in self.stopping
@@ -301,4 +317,6 @@ class Tracebacks:
         self.glued.clear()
         self.ipython.clear()
         self.thread.clear()
+        self.headless.clear()
+        self.wrapped.clear()
         return out

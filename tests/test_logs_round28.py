@@ -1,0 +1,44 @@
+"""The fifteenth session's readings, each checked on the real lines it came from (sources in each
+folder's README.md): tracebacks whose frames hold no trigger word and whose header the log cut."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labkit.logs import parse_log
+from labkit.logs.scan import TRIGGERS
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def _one(folder: str, words: str) -> Path:
+    (path,) = (p for p in (LOGS / folder).glob("*.txt") if words in p.name)
+    return path
+
+
+def _kinds(path: Path) -> list[tuple[str, int | None]]:
+    return sorted((f.kind, f.rank) for f in parse_log(path).failure_records)
+
+
+def test_frames_without_a_header_or_a_trigger_word_are_a_cut_traceback():
+    # NeMo 2 (NVIDIA/NeMo#15219): ``[rank0]:   File "/opt/Run/nemo_run/cli/api.py", line 313, in main``
+    # and its code lines, the header above and the exception below both outside the paste: the frame
+    # lines reach the reader (a frame's ``File "`` is a trigger), and the cut traceback is rank 0's
+    assert 'File "' in TRIGGERS
+    assert _kinds(_one("heldout8c", "nemo15219")) == [("python_exception", 0)]
+
+
+def test_a_frame_hard_wrapped_inside_its_line_number_goes_on_on_the_next_line():
+    # torchtune 2676: ``  File ".../c10d_rendezvous_backend.py", line 11`` then ``9, in _call_store``
+    # (a terminal's wrap at ~130 columns), four frames so cut, the paste ending at ``raise
+    # RendezvousConnectionError(``: one cut traceback, not one closed by its own wrapped pieces
+    assert _kinds(_one("heldout8a", "torchtune2676")) == [("python_exception", None)]
+
+
+def test_headless_frames_end_as_an_exception_only_at_an_exceptions_own_line():
+    # Vertex AI's console, newest line first (heldout4z): the frames come after ``ValueError: Please
+    # provide a TPU Name to connect to.``, each behind a ``2022-08-03 08:42:13.917 CEST`` stamp; the
+    # stamp's leftover ``CEST`` after a frame is no exception of its own
+    path = _one("heldout4z", "vertex_ai_console_newest_first")
+    assert [(f.kind, f.message) for f in parse_log(path).failure_records] == [
+        ("python_exception", "ValueError: Please provide a TPU Name to connect to.")]

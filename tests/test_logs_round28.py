@@ -42,3 +42,19 @@ def test_headless_frames_end_as_an_exception_only_at_an_exceptions_own_line():
     path = _one("heldout4z", "vertex_ai_console_newest_first")
     assert [(f.kind, f.message) for f in parse_log(path).failure_records] == [
         ("python_exception", "ValueError: Please provide a TPU Name to connect to.")]
+
+
+def test_submitits_preemption_notice_is_the_preemption_without_slurms_line():
+    # submitit 1701: ``Caught signal SIGHUP on learnfair0293: this job is preempted.`` then ``Requeued
+    # job 60601445``, no ``CANCELLED ... DUE TO JOB REQUEUE`` line in the log: one preemption
+    assert _kinds(_one("heldout8f", "submitit1701")) == [("preempted", None)]
+    # with Slurm's line after it (submitit 1708, real/) the two are one event
+    (f,) = parse_log(_one("real", "submitit1708")).failure_records
+    assert f.kind == "preempted"
+
+
+def test_rccls_own_banner_gives_the_version_in_both_forms():
+    # ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8`` (heldout7w) and 2.21's block line ``RCCL version :
+    # 2.21.5-HEAD:9a0e6a1`` (heldout8h's rccltests163), neither holding the word NCCL
+    assert parse_log(_one("heldout7w", "rccl_2.17.1")).nccl_version == "2.17.1"
+    assert parse_log(_one("heldout8h", "rccltests163")).nccl_version == "2.21.5"

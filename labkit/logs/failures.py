@@ -81,6 +81,10 @@ _FAILED_NODE = "Slurm: node "  # how a message naming the node that failed begin
 # label of the task it names, where the job's own line (the batch script's) carries an outer
 # wrapper's label, if any
 _STEP = re.compile(r"Slurm job \d{1,12}\.")
+# submitit's handler of the signal Slurm sends a job it preempts: ``Caught signal SIGHUP on node1: this
+# job is preempted.`` (then ``Requeued job N``); the scheduler's own CANCELLED line, where the log has it,
+# is the same event
+_PREEMPT_NOTICE = re.compile(r"Caught signal \w{1,12} on \S{1,200}: this job is preempted")
 _SLURM_REASON = {"TIME LIMIT": "time_limit", "PREEMPTION": "preempted", "NODE FAILURE": "node_failure",
                  "NODE_FAIL": "node_failure"}
 
@@ -267,6 +271,8 @@ class FailureScanner:
                 or ("host_oom", "shm") in self._by_key and "/" not in text):
             f = _shm_full(text, line.rank)  # the frame's call above, or the same error again unnamed
         self._preempt = self._preempt or "preempted" in text
+        if f is None and _PREEMPT_NOTICE.search(text):  # the job's own notice, before Slurm requeues it
+            f = Failure("preempted", None, line.lineno, text.strip(), HINTS["preempted"], key="slurm")
         said = self._records.feed(text, line.lineno)  # a JSON error record's exception (read as data)
         if said is not None and f is None:
             f = match_line(said, line.rank) or exception_failure(said, line.rank, None)

@@ -15,7 +15,9 @@ Ring and tree lists (``Channel 00/02 :    0   1   2   3``, ``Ring 00 : 0 1 2 3``
 The banner ``NCCL version 2.18.1+cuda12.1`` gives the version ``2.18.1``; the suffix after ``+``
 (``cuda12.1``, the CUDA it was built for) is kept apart (``ParsedLog.nccl_build``). A vendor's build
 names itself glued to the number (Azure's ``NCCL version 2.12.6azure3+cuda11.4``): that tag is part of
-the version (``2.12.6azure3``), as the vendor's release is not NVIDIA's.
+the version (``2.12.6azure3``), as the vendor's release is not NVIDIA's. RCCL, AMD's port, prints its
+own banner, ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8`` (2.21 and later: ``RCCL version :
+2.21.5-HEAD:9a0e6a1``): the same field, read the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4}(?:[a-z]{1,16}\d{0,8})?)"
+_VERSION = re.compile(r"[NR]CCL version(?: :)? (\d{1,3}\.\d{1,3}\.\d{1,4}(?:[a-z]{1,16}\d{0,8})?)"
                       r"(?:[+\-]([\w.]{1,30}))?")
 _CHANNEL = re.compile(
     r"(?:Channel|Ring) (\d{1,4})(?:/(\d{1,4}))? : (\d{1,7})(?:\[[0-9a-fA-Fx]{1,16}\])? -> "
@@ -35,7 +37,7 @@ CLASSES = ("P2P", "SHM", "NET")
 def parse_version(text: str) -> tuple[str, str | None] | None:
     """``NCCL version 2.18.1+cuda12.1`` -> ``("2.18.1", "cuda12.1")``; the build part may be None;
     ``2.12.6azure3+cuda11.4`` -> ``("2.12.6azure3", "cuda11.4")``."""
-    if "NCCL version" not in text:
+    if "CCL version" not in text:
         return None
     m = _VERSION.search(text)
     return (m.group(1), m.group(2)) if m else None

@@ -21,8 +21,8 @@ from labkit.logs.lines import Line, clean_line, iter_file
 # Every record parser and failure rule is gated on one of these words, or on an iteration
 # counter (``iteration 5/ 30``: every iteration record has one; the word alone is no record).
 TRIGGERS = ("emory", "world size", "WORLD INFO", "busbw", "nnodes=",
-            "number of parameters", "nThread ", "loss at ", "validation results", 'File "',
-            "test results", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
+            "number of parameters", "nThread ", "loss at ", "results at ", 'File "',
+            "CCL version", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "nccl-tests", "Kill", "SIGKILL",
             "CANCELLED", "signal", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
             "cuda", "Xid", "ECC", "exit", "parallel_size", "parallel size", "world_size", "seq_length",
@@ -33,11 +33,12 @@ TRIGGERS = ("emory", "world size", "WORLD INFO", "busbw", "nnodes=",
 # holds "rror". "emory": Megatron's and torchtitan's "memory", picotron's "Memory" (and "Theoretical
 # memory", "Out Of Memory"); "world_size" covers "dist_world_size"; "OVERFLOW": DeepSpeed's fp16
 # skipped steps; "iteration: ": nanotron's records; 'File "': a traceback's frames, where the log cut
-# its header and its exception line (exceptions.py); "loss at ": Megatron's validation and test
-# loss; "nccl-tests", "nThread ", "busbw": nccl-tests' header and table (nccltests.py). With
-# fastscan.py's counter words these are 64 patterns in an order the Aho-Corasick pass's SIMD
-# prefilter takes well: one more, or one left out, made the pass 1.5-2.5x slower
-# (benchmarks/README.md), so a new word replaces an old one.
+# its header and its exception line (exceptions.py); "loss at ", "results at ": Megatron's
+# validation and test lines; "CCL version": RCCL's banner (NCCL's holds "NCCL"); "nccl-tests",
+# "nThread ", "busbw": nccl-tests' header and table (nccltests.py). With fastscan.py's counter words
+# these are 64 patterns in an order the Aho-Corasick pass's SIMD prefilter takes well: one more, or
+# one left out, made the pass 1.5-2.5x slower (benchmarks/README.md), so a new word replaces an old
+# one.
 SPACES = "\t\x0b\x0c\r "  # a space within a line, ASCII only (the same on str and bytes)
 _SP = f"[{SPACES}]"
 ITERATION_TRIGGER = f"iteration{_SP}{{0,40}}[0-9]{{1,12}}{_SP}{{0,40}}/"

@@ -58,3 +58,25 @@ def test_rccls_own_banner_gives_the_version_in_both_forms():
     # 2.21.5-HEAD:9a0e6a1`` (heldout8h's rccltests163), neither holding the word NCCL
     assert parse_log(_one("heldout7w", "rccl_2.17.1")).nccl_version == "2.17.1"
     assert parse_log(_one("heldout8h", "rccltests163")).nccl_version == "2.21.5"
+
+
+def test_an_average_meters_time_is_seconds():
+    # Swin-Transformer 183: ``Train: [14/300][250/1251]<TAB>eta 0:10:52 lr 0.000710<TAB>time 0.6408
+    # (0.6516)<TAB>loss 6.5584 (6.3074)`` (PyTorch's ImageNet example's meters: the value, then its
+    # running mean); no data-loading time beside it, as VMamba's lines (heldout3t) print
+    first = parse_log(_one("heldout8j", "swin_2022")).iterations.iloc[0]
+    assert abs(first["elapsed_ms"] - 640.8) < 1e-6 and first["lm_loss"] == 6.5584
+
+
+def test_a_layout_name_glued_to_the_value_before_it_is_read():
+    # Megatron-LM 1554: ``... hierarchical context-parallel sizes: Nonetensor-model-parallel size: 1,
+    # ..., pipeline-model-parallel size: 2`` (the release's format string lacks a comma there)
+    layout = parse_log(_one("heldout8i", "pp2_nsys")).layout
+    assert (layout["world_size"], layout["tp"], layout["pp"], layout["dp"]) == (2, 1, 2, 1)
+
+
+def test_open_mpis_fatal_error_handler_aborting_a_process_is_a_failed_worker():
+    # DeepSpeed 935 under ``mpirun --tag-output``: ``*** An error occurred in MPI_Init_thread`` ...
+    # ``*** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,`` (rank 3's); read as
+    # Open MPI's MPI_ABORT banner is (heldout7i)
+    assert [k for k, _ in _kinds(_one("heldout8k", "ds935"))] == ["child_failed"]

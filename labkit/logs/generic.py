@@ -124,6 +124,9 @@ _BEFORE = re.compile(r"(?<![\w.:])(" + NUM + r")\s{0,2}" + _UNIT
 # a data-loading time beside the step's: then a time printed without a unit is in seconds
 # (detectron2's, MMEngine's and MetricLogger's ``time: 0.1960  data_time: 0.0033``, ``data: 0.0002``)
 _DATA = re.compile(r"(?i)(?<![\w/])data(?:[ _]time| ?\(t\))?(?:\s{0,4}[:=]|\s{1,4}(?=\d))")
+# ... and so is one an average meter prints with its running mean (PyTorch's ImageNet example and the
+# loops built on it, Swin's ``time 0.6408 (0.6516)``): the meter times ``time.time()``, in seconds
+_METER = re.compile(r"\s{0,4}\(\s{0,4}\d{1,6}\.\d{1,8}\s{0,4}\)")
 
 
 # a bare ``scale`` another word names is none of the loss's (open_clip's ``Logit Scale: 100.000``;
@@ -340,7 +343,7 @@ def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None
             continue
         if unit is None:
             unit = (units or {}).get(name.lower())
-        if unit is None and kind == "time" and data:
+        if unit is None and kind == "time" and (data or _METER.match(text, used)):
             unit = "s"
         elif kind == "mem" and unit == "G":  # ``max_mem: 12G``: GiB, as ``2996M`` is MiB
             unit = "GiB"

@@ -11,7 +11,9 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   (an MPI rank: the job's), and without a rank ``Primary job  terminated normally, but 1 process
   returned`` / ``mpirun detected that one or more processes exited with non-zero status``; a rank
   that called ``MPI_Abort`` (Horovod's, SageMaker's): `` MPI_ABORT was invoked on rank 2 in communicator
-  MPI COMMUNICATOR 5 DUP FROM 0`` / ``with errorcode 1.``;
+  MPI COMMUNICATOR 5 DUP FROM 0`` / ``with errorcode 1.``; a process that MPI's default error handler
+  aborts (``*** An error occurred in MPI_Init_thread`` ... ``*** MPI_ERRORS_ARE_FATAL (processes in this
+  communicator will now abort,``);
 - MPICH's hydra (``mpiexec``; Intel MPI's is hydra too): a banner ``=   BAD TERMINATION OF ONE OF YOUR
   APPLICATION PROCESSES`` (``=   EXIT CODE: 9`` in it: a signal's number or an exit code, so not read),
   then, for a process a signal ended, ``YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed
@@ -47,7 +49,8 @@ import re
 
 # ("code": exitcode, return code, ...)
 WORDS = ("code", "Killed", "noticed that", "terminated normally", "non-zero status", "BAD TERMINATION",
-         "EXIT STRING", "died from signal", "CalledProcessError", "with signal SIGKILL", "MPI_ABORT")
+         "EXIT STRING", "died from signal", "CalledProcessError", "with signal SIGKILL", "MPI_ABORT",
+         "occurred in MPI_")
 TORCHRUN_FAIL = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,6})")
 _CHILD_19 = re.compile(r"Child process \d{1,12} \(local_rank (\d{1,6})\) FAILED \(exitcode (-?\d{1,4})\)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
@@ -55,6 +58,7 @@ _DS_EXIT = re.compile(r"exits with return code = (-?\d{1,4})\s{0,8}$")
 _MPI_SIGNAL = re.compile(r"(?:mpirun|orterun|prterun|mpiexec)(?:\.real)? noticed that process rank (\d{1,7}) "
                          r"with PID \S{1,20} on node \S{0,255} ?exited on signal (\d{1,3})")
 _MPI_ABORT = re.compile(r"MPI_ABORT was invoked on rank (\d{1,7})\b")
+_MPI_FATAL = re.compile(r"\*\*\* An error occurred in (MPI_\w{1,40})")
 _MPI_EXIT = ("job  terminated normally, but", "job terminated normally, but",
              "processes exited with non-zero")
 
@@ -132,6 +136,10 @@ def worker_failed(text: str) -> list[Report]:
     m = _MPI_ABORT.search(text) if "MPI_ABORT" in text else None
     if m is not None:
         return [("child_failed", int(m.group(1)), f"Open MPI: rank {m.group(1)} called MPI_Abort",
+                 "child_failed", "log", "child")]
+    m = _MPI_FATAL.search(text) if "occurred in MPI_" in text else None
+    if m is not None:  # the banner names no rank
+        return [("child_failed", None, f"Open MPI: a process aborted on an error in {m.group(1)}",
                  "child_failed", "log", "child")]
     if "noticed that" in text or any(w in text for w in _MPI_EXIT):
         m = _MPI_SIGNAL.search(text)

@@ -287,7 +287,9 @@ def parse_memory(text: str) -> dict[str, Any] | None:
 # --- layout, parameters, theoretical memory, arguments ----------------------------------------
 _WS_OLD = re.compile(r"using world size: (\d{1,9}) and model-parallel size: (\d{1,9})")
 _WS = re.compile(r"using world size: (\d{1,9})")
-_SIZE = re.compile(r"(?:,\s{0,4}|\s)([a-z-]{2,40}?)[ -]size: (\d{1,9})")
+# (some Megatron-LM releases print ``hierarchical context-parallel sizes: Nonetensor-model-parallel size:
+# 1``: no comma after that value, None or a list, so the next name follows it glued)
+_SIZE = re.compile(r"(?:,\s{0,4}|\s|(?<=sizes: None)|(?<=\]))([a-z-]{2,40}?)[ -]size: (\d{1,9})")
 _SIZE_NAMES = {"data-parallel": "dp", "context-parallel": "cp", "tensor-model-parallel": "tp",
                "pipeline-model-parallel": "pp", "expert-model-parallel": "ep"}
 

@@ -43,10 +43,12 @@ MAXTEXT = ("completed step: 9, seconds: 1.341, TFLOP/s/device: 257.929, Tokens/s
     (MAXTEXT, {"iteration": 9, "elapsed_ms": 1341.0, "tflops_per_gpu": 257.929,
                "tokens_per_gpu_per_sec": 36653.244, "lm_loss": 0.0}),
     # llm.c's train_gpt2.py (karpathy/llm.c issue 77) and train_gpt2.c (pull request 156): formats
-    # none of the corpus logs prints ("took" is no name: a save or a load takes time too)
+    # none of the corpus logs prints ("took" alone is no name, a save or a load takes time too; in
+    # brackets after a step's loss it is the step's: train_gpt2.c times forward, backward and update)
     ("iteration 0, loss: 2.86417818069458, time: 2833.053ms",
      {"iteration": 0, "lm_loss": 2.86417818069458, "elapsed_ms": 2833.053}),
-    ("step 0: train loss 4.845659 (took 2141 ms)", {"iteration": 0, "lm_loss": 4.845659}),
+    ("step 0: train loss 4.845659 (took 2141 ms)",
+     {"iteration": 0, "lm_loss": 4.845659, "elapsed_ms": 2141.0}),
 ])
 def test_step_records_of_any_loop(line, want):
     got = generic.parse(clean_line(line).text)

@@ -80,3 +80,39 @@ def test_open_mpis_fatal_error_handler_aborting_a_process_is_a_failed_worker():
     # ``*** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,`` (rank 3's); read as
     # Open MPI's MPI_ABORT banner is (heldout7i)
     assert [k for k, _ in _kinds(_one("heldout8k", "ds935"))] == ["child_failed"]
+
+
+def test_a_qualified_wrapper_exception_and_an_indented_one_are_exception_lines():
+    # Ray 31828: ``ray.exceptions.RayTaskError(RuntimeError): [36mray::TrainTrainable.train()[39m ...``,
+    # the log's last line; LUMI's workshop page: ``    torch.distributed.DistBackendError: NCCL error
+    # in:`` indented as the page's code block, its message wrapped over the lines after it
+    for folder, words, name in (("heldout8p", "ray31828", "ray.exceptions.RayTaskError(RuntimeError)"),
+                                ("heldout8o", "lumi_ai_workshop_ddp", "torch.distributed.DistBackendError")):
+        (f,) = parse_log(_one(folder, words)).failure_records
+        assert f.kind == "python_exception" and f.message.startswith(name + ": ")
+
+
+def test_a_traceback_field_alone_is_torchruns_table():
+    # torchtitan 1789: the paste starts at the table's ``  traceback : Traceback (most recent call
+    # last):`` (the rank's error file): the worker failed, and its own traceback is an exception
+    assert [k for k, _ in _kinds(_one("heldout8m", "torchtitan1789"))] == ["child_failed", "python_exception"]
+
+
+def test_launchers_say_a_child_ended_with_a_code_at_a_sentences_end():
+    # Lightning under Ray Tune: ``(_train_tune pid=22946) [rank: 1] Child process with PID 23026
+    # terminated with code 1. Forcefully terminating ...`` (the log's one line: read, not refused);
+    # Composer's launcher: ``Rank 1 crashed with exit code 1.``
+    assert _kinds(_one("heldout8p", "neuralforecast1291")) == [("child_failed", None)]
+    assert _kinds(_one("heldout8p", "examples292")) == [("child_failed", 1)]
+    # the raylet's ``Worker unexpectedly exits with a connection error code 2.`` is no exit code
+    kinds = [k for k, _ in _kinds(_one("real", "verl_2026_grpo"))]
+    assert "child_failed" not in kinds
+
+
+def test_llm_cs_step_time_and_its_cuda_check():
+    # llm.c 114: ``step 0: train loss 4.367631 (took 59.288083 ms)`` (train_gpt2.cu times the step's
+    # forward, backward and update), then its cudaCheck's ``[CUDA ERROR] at file train_gpt2.cu:1238:``
+    path = _one("heldout8m", "llmc114")
+    first = parse_log(path).iterations.iloc[0]
+    assert abs(first["elapsed_ms"] - 59.288083) < 1e-9 and first["lm_loss"] == 4.367631
+    assert [k for k, _ in _kinds(path)] == ["cuda_error"]

@@ -36,6 +36,9 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled (?:cuda|CUD
                        r"|\bcudaError(?: error)?:? \d{1,4} \((?P<wrapped>[^)\n]{1,100})\)"
                        r"|(?P<hsa>(?:HW Exception|Memory access fault) by GPU node-\d{1,4})"
                        r"|(?P<bus>fallen off the bus)"  # the driver's (NVRM) words for a lost GPU
+                       # a C/C++ trainer's own check of a CUDA call (llm.c's cudaCheck: ``[CUDA ERROR] at
+                       # file train_gpt2.cu:1238:``, the runtime's error string on the next line)
+                       r"|\[CUDA ERROR\] at file (?P<check>\S{1,300}:\d{1,6})"
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
                        r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})"
                        # a kernel's device-side assertion, printed by each failing thread before torch
@@ -71,7 +74,7 @@ def cuda_error(text: str, rank: int | None) -> tuple[int | None, str, str, str] 
         return rank, "a CUDA kernel's device-side assertion failed: " + text.strip(), "cuda_error", \
             "cuda:" + _DEVICE_ASSERT
     ecc = "ECC" in text or xid in _XID_MEMORY
-    groups = ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa", "enum", "wrapped")
+    groups = ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa", "enum", "wrapped", "check")
     what = next((m.group(g) for g in groups if m.group(g)), "")
     named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
     rank = int(named.group(1)) if named else rank

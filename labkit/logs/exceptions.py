@@ -43,7 +43,8 @@ _MAX_LINES = 400  # a record this long is no error record (a config dump): close
 # it, and the exception line after them ends it. An exception line with its module
 # (``torch.distributed.DistBackendError: NCCL error in: ...``: Python names a class by its module
 # where it is no builtin) is an uncaught exception's last line even where no frame is shown
-# (TensorFlow's ``errors_impl.UnknownError:  ncclCommInitRank failed``: two blanks). A tail with no
+# (TensorFlow's ``errors_impl.UnknownError:  ncclCommInitRank failed``: two blanks; Ray's wrapper
+# ``ray.exceptions.RayTaskError(RuntimeError): ...``; indented as a page's code block). A tail with no
 # frame line the log kept (posted from its middle, a frame's ``File`` at the margin, frames that hold
 # no trigger word: only the code line before the exception reaches the scanner) is one too: an
 # exception line (``RuntimeError: NCCL error in: ...``, a name of _EXCEPTION's form, not a warning)
@@ -54,7 +55,8 @@ _MARGIN_FRAME = re.compile(r'^File "[^"]{1,500}", line \d{1,7}\b')
 # A frame hard-wrapped by the terminal or the page (``  File "x.py", line 11`` then ``9, in f``): its
 # next line is its rest, whatever it starts with.
 _FRAME_CUT = re.compile(r'^\s{1,8}File "[^"]{1,500}", line \d{1,7}(?:, ?i?n?)?\s{0,200}$')
-_QUALIFIED = re.compile(r"^[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception):\s{1,4}\S")
+_QUALIFIED = re.compile(r"^ {0,4}[a-z_]\w{0,40}(?:\.\w{1,60}){1,8}\.[A-Z]\w{0,60}(?:Error|Exception)"
+                        r"(?:\([A-Za-z_][\w.]{0,200}\))?:\s{1,4}\S")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(\([A-Za-z_][\w.]{0,200}\))?(?::\s?(.{0,2000}))?$")
 # An exception that wraps another's raised elsewhere names it in parentheses, and the frames and the
 # exception line of where it was raised follow (Ray's ``ray.exceptions.RayTaskError(ImportError):
@@ -258,8 +260,8 @@ class Tracebacks:
                 self.open[src] = self.glued[src] = line.lineno  # open, ended by an exception's own line
                 return None
             elif _QUALIFIED.match(text) or (after_code or line.lineno == 1) and _tail_end(text, code):
-                return text  # an exception line whose traceback the log cut (all of it, or all but the
-                # code line before it; an excerpt that starts at it: the log's first line)
+                return text.lstrip()  # an exception line whose traceback the log cut (all of it, or all
+                # but the code line before it; an excerpt that starts at it: the log's first line)
             elif _BUILTIN.match(text):
                 return text.lstrip()
         if src not in self.open or not text or text.startswith(_CHAINED):

@@ -305,8 +305,10 @@ class FailureScanner:
         m = _ROOT_FIELD.match(text)
         if (self._child_left <= 0 or self._child is None) and m and (
                 m.group(1) == "exitcode" and _TABLE_EXIT.match(m.group(2).strip())
-                or m.group(1) == "traceback" and _TABLE_SIGNAL.match(m.group(2).strip())):
-            # a root-cause row without its header (a pasted part of the table)
+                or m.group(1) == "traceback" and (_TABLE_SIGNAL.match(m.group(2).strip())
+                                                  or m.group(2).startswith("Traceback (most recent"))):
+            # a root-cause row without its header (a pasted part of the table; a ``traceback :`` field
+            # holding a traceback, the rank's error file, is printed by that table alone)
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError table)",
                                            HINTS["child_failed"], key="child"))

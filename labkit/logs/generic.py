@@ -138,6 +138,9 @@ _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_pe
 # a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
 # loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
+# ... or what the step took, in brackets after its loss (llm.c's ``step 0: train loss 4.367631 (took
+# 59.288083 ms)``: the time of its forward, backward and update); "took" alone names no step's time
+_TOOK = re.compile(r"\(took\s{1,4}(" + NUM + r")\s{0,2}(ms|s)\)")
 
 
 # a line that ends in one step's time and prints no other metric (ColossalAI's benchmark: ``INFO:
@@ -245,7 +248,7 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
         if not _loss(rec):  # no name for the counter: a loss says it is a step record
             return None
     if "elapsed_ms" not in rec:  # a field of its own that is a time and nothing else: the step's
-        t = _TIME_FIELD.search(rest)
+        t = _TIME_FIELD.search(rest) or (_TOOK.search(rest) if _loss(rec) else None)
         if t is not None:
             rec["elapsed_ms"] = float(t.group(1)) * (1.0 if t.group(2) == "ms" else 1000.0)
     settle(rec)

@@ -18,6 +18,7 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   APPLICATION PROCESSES`` (``=   EXIT CODE: 9`` in it: a signal's number or an exit code, so not read),
   then, for a process a signal ended, ``YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed
   (signal 9)`` (no rank);
+- Composer's launcher: ``Rank 1 crashed with exit code 1.`` (a global rank);
 - HPE's PALS (``mpiexec`` on Cray EX: Polaris, Aurora), behind the host: ``x3200c0s7b0n0: rank 2 died
   from signal 6 and dumped core``, ``rank 0 exited with code 134`` (an MPI rank; ``rank 1 died from
   signal 15`` is a rank PALS itself stopped once another failed);
@@ -28,8 +29,9 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
   subprocess, no launcher's report.
 
 - any other launcher or orchestrator, by the shape they share: a worker (container, pod, trainer,
-  replica) that failed, exited or died, then its non-zero code (Paddle's ``Container rank 0 status
-  failed cmd [...] code 1 log log/workerlog.0``, a job runner's ``Worker 3 exited with exit code 1``).
+  replica, a launcher's child process) that failed, exited or died, then its non-zero code (Paddle's
+  ``Container rank 0 status failed cmd [...] code 1 log log/workerlog.0``, a job runner's ``Worker 3
+  exited with exit code 1``, Lightning's ``Child process with PID 23026 terminated with code 1``).
   A "process" that failed is any program's word (a script's own ``Process 1 failed with return code
   1``), srun's ``task 1: Exited with exit code 1`` Slurm's report of its tasks, not of a launcher's
   workers (the readings of the held-out sets), and code 0 no failure;
@@ -64,13 +66,17 @@ _MPI_EXIT = ("job  terminated normally, but", "job terminated normally, but",
 
 _HYDRA_SIGNAL = re.compile(r"EXIT STRING: .{0,80}\(signal (\d{1,3})\)")
 _PALS = re.compile(r"^rank (\d{1,7}) (?:exited with code (\d{1,4})|died from signal (\d{1,3}))")
+_COMPOSER = re.compile(r"^Rank (\d{1,7}) crashed with exit code (-?\d{1,4})\b")
 _CALLED = re.compile(r"CalledProcessError: Command '(.{0,20000}?)' (?:returned non-zero exit status "
                      r"(-?\d{1,4})|died with <Signals\.\w{1,12}: (\d{1,3})>)")
 
+# (a sentence's full stop may follow the code; an error code, Ray's ``connection error code 2``, is no
+# exit code)
 _ANY_WORKER = re.compile(
-    r"(?i)\b(?:worker|container|pod|trainer|replica)s?\b.{0,80}?"
+    r"(?i)\b(?:worker|container|pod|trainer|replica|child process)s?\b.{0,80}?"
     r"\b(?:failed|exited|terminated|died|crashed|aborted)\b.{0,2000}?"
-    r"\b(?:exit ?code|exit status|return ?code|returncode|code)\b\s{0,2}[:=]?\s{0,2}(-?\d{1,4})(?![\d.])")
+    r"\b(?:exit ?code|exit status|return ?code|returncode|(?<!error )code)\b\s{0,2}[:=]?\s{0,2}(-?\d{1,4})"
+    r"(?!\d|\.\d)")
 # the shell's own word for a job it ran that SIGKILL ended: bash's job-control report ``launch.sh: line
 # 149: 190869 Killed   torchrun ...`` (its pid and command), or ``Killed`` alone on its line
 _SHELL_KILLED = re.compile(r"^(?:\S{1,400}: line \d{1,7}: {1,4}\d{1,10} )?Killed"
@@ -99,6 +105,10 @@ def _other_launchers(text: str) -> list[Report]:
     if "BAD TERMINATION" in text or "EXIT STRING" in text:
         m = _HYDRA_SIGNAL.search(text)
         return _child(None, "mpiexec (hydra): a process ended", f"signal {m.group(1)}" if m else "badly")
+    m = _COMPOSER.match(text) if "crashed" in text else None
+    if m is not None and m.group(2) != "0":
+        return _child(int(m.group(1)), f"Composer's launcher: rank {m.group(1)} crashed",
+                      f"exit code {m.group(2)}")
     m = _PALS.match(text) if "rank" in text else None
     if m is not None:
         code, sig = m.group(2), m.group(3)

@@ -196,8 +196,10 @@ _BOX = "│╰┃┗"
 # IPython's traceback (Jupyter, Colab): the exception's name in its header, ``ProcessExitedException
 # Traceback (most recent call last)``; its frames at the margin, ``/tmp/ipykernel_11960/40.py in <module>``,
 # ``<ipython-input-7-e3d9> in load_model(hparams)``, ``Cell In[27], line 3`` (IPython 8), code lines
-# ``----> 3 notebook_launcher(...)``; the exception's own line ends it
+# ``----> 3 notebook_launcher(...)``; the exception's own line ends it. IPython 8's frame, ``File
+# /usr/lib/python3.8/site-packages/x.py:387, in f(a)``, opens one whose header the log cut
 _IPYTHON = re.compile(r"^[A-Za-z_][\w.]{0,200} {2,}Traceback \(most recent call last\)")
+_IPYTHON_FRAME = re.compile(r"^File \S{1,500}:\d{1,7}, in [A-Za-z_<]")
 # threading's header before a thread's traceback: ``Exception in thread Thread-5:`` (its traceback follows)
 _THREAD = re.compile(r"^Exception in thread .{1,200}:\s{0,4}$")
 
@@ -218,6 +220,9 @@ class Tracebacks:
         self.ipython: set[tuple] = set()  # sources whose open traceback is IPython's
         self.thread: set[tuple] = set()  # sources whose open traceback began at threading's header
         self.headless: set[tuple] = set()  # sources whose open traceback began at a frame (header cut)
+        self.ignored: dict[tuple, int] = {}  # source -> its last ``Exception ignored in`` line, then -1
+        # while the traceback after it is open: Python printed an exception it ignored (in a finalizer,
+        # an atexit callback), which stopped no process
         self.wrapped: dict[tuple, int] = {}  # source -> the line of its last hard-wrapped frame
 
     @property
@@ -230,7 +235,14 @@ class Tracebacks:
         self.after_stop = False
         if text.startswith(_CHAINED):
             self.link[src] = line.lineno
+        if text.startswith("Exception ignored in"):
+            self.ignored[src] = line.lineno
+            return None
         if "Traceback (most recent call last)" in text or _THREAD.match(text):
+            if self.ignored.get(src) == line.lineno - 1:
+                self.ignored[src] = -1
+            else:
+                self.ignored.pop(src, None)
             if line.lineno - self.link.get(src, -9) > 2:
                 self.stopping.discard(src)  # a traceback of its own, not a chain's next link
             after_thread = self.open.get(src) == line.lineno - 1 and src in self.thread
@@ -256,6 +268,10 @@ class Tracebacks:
                 self.open[src] = header or line.lineno
                 if not header:
                     self.headless.add(src)
+            elif _IPYTHON_FRAME.match(text):
+                self.open[src] = line.lineno
+                self.headless.add(src)
+                self.ipython.add(src)
             elif text[0] in _BOX and "\u2771" in text:  # rich's ``❱`` at a frame's line, its box's top cut:
                 self.open[src] = self.glued[src] = line.lineno  # open, ended by an exception's own line
                 return None
@@ -304,7 +320,7 @@ class Tracebacks:
             self.headless.discard(src)
             if m is not None and not _tail_end(text, "    " + frame.partition(" | ")[2]):
                 return None
-        if m is None:
+        if m is None or self.ignored.pop(src, None) == -1:
             return None
         self.after_stop = src in self.stopping
         if TERMINATED.search(text):
@@ -313,7 +329,8 @@ class Tracebacks:
 
     def cut(self) -> list[tuple[int | None, int, str | None]]:
         """The tracebacks the log ends inside, as (rank, first line, last frame); none open after."""
-        out = [(src[0], start, self.frame.get(src)) for src, start in self.open.items()]
+        out = [(src[0], start, self.frame.get(src)) for src, start in self.open.items()
+               if self.ignored.get(src) != -1]
         self.open.clear()
         self.frame.clear()
         self.glued.clear()
@@ -321,4 +338,5 @@ class Tracebacks:
         self.thread.clear()
         self.headless.clear()
         self.wrapped.clear()
+        self.ignored.clear()
         return out

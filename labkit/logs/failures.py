@@ -296,7 +296,8 @@ class FailureScanner:
         return any(evidence != "signal" for *_, evidence, _key in reports)  # a guess explains no exception
 
     def _child_table(self, line: Line, text: str, prev: Line | None = None) -> None:
-        if "ChildFailedError" in text and "raise " not in text and "import" not in text:
+        if "ChildFailedError" in text and "raise " not in text and "import" not in text \
+                and "# ChildFailedError" not in text:  # (code a traceback shows: its comment)
             self._child = self.add(Failure("child_failed", line.rank, line.lineno,
                                            "torchrun: a worker failed (ChildFailedError)",
                                            HINTS["child_failed"], key="child"))

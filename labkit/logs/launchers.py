@@ -25,8 +25,9 @@ Each launcher's line (failures.FailureScanner feeds every line holding one of ``
 - the pre-elastic ``torch.distributed.launch`` (torch <= 1.8; DeepSpeed's early launcher), whose own
   traceback ends ``subprocess.CalledProcessError: Command '[..., '--local_rank=0']' returned non-zero
   exit status 1.`` (Python's words: ``died with <Signals.SIGKILL: 9>.`` for a signal): a worker's
-  command, as the launcher passes each worker its ``--local_rank``; a command without one is any
-  subprocess, no launcher's report.
+  command, as the launcher passes each worker its ``--local_rank``; a script's
+  ``CalledProcessError`` on a launcher's command (``accelerate launch ...``, ``torchrun ...``) is that
+  launcher's failure; any other command is any subprocess, no launcher's report.
 
 - any other launcher or orchestrator, by the shape they share: a worker (container, pod, trainer,
   replica, a launcher's child process) that failed, exited or died, then its non-zero code (Paddle's
@@ -67,6 +68,10 @@ _MPI_EXIT = ("job  terminated normally, but", "job terminated normally, but",
 _HYDRA_SIGNAL = re.compile(r"EXIT STRING: .{0,80}\(signal (\d{1,3})\)")
 _PALS = re.compile(r"^rank (\d{1,7}) (?:exited with code (\d{1,4})|died from signal (\d{1,3}))")
 _COMPOSER = re.compile(r"^Rank (\d{1,7}) crashed with exit code (-?\d{1,4})\b")
+# ... or a script's report of a launcher it ran (Modal's function running ``accelerate launch``):
+# the launcher's failure, which its own lines report (torchrun's table)
+_LAUNCHER_RUN = re.compile(r"CalledProcessError: Command '\[?'?(?:[^'\s]{0,300}/)?"
+                           r"(?:accelerate|torchrun|deepspeed)\b")
 _CALLED = re.compile(r"CalledProcessError: Command '(.{0,20000}?)' (?:returned non-zero exit status "
                      r"(-?\d{1,4})|died with <Signals\.\w{1,12}: (\d{1,3})>)")
 
@@ -117,10 +122,13 @@ def _other_launchers(text: str) -> list[Report]:
         how = f"signal {sig}" if sig else f"exit code {code}"
         return _child(int(m.group(1)), f"PALS: rank {m.group(1)} ended", how)
     m = _CALLED.search(text) if "CalledProcessError" in text else None
-    if m is None or "local_rank" not in m.group(1) and "local-rank" not in m.group(1):
+    launcher = "CalledProcessError" in text and _LAUNCHER_RUN.search(text) is not None
+    if not launcher and (m is None or "local_rank" not in m.group(1) and "local-rank" not in m.group(1)):
         return []
+    if m is None:  # the command printed over several lines (one word a line), its status after them
+        return _child(None, "a launcher a script ran failed", "a non-zero exit status")
     how = f"signal {m.group(3)}" if m.group(3) else f"exit status {m.group(2)}"
-    return _child(None, "torch.distributed.launch: a worker failed", how)
+    return _child(None, "a launcher failed" if launcher else "torch.distributed.launch: a worker failed", how)
 
 
 def _any_worker(text: str) -> list[Report]:

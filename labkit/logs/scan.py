@@ -21,7 +21,7 @@ from labkit.logs.lines import Line, clean_line, iter_file
 # Every record parser and failure rule is gated on one of these words, or on an iteration
 # counter (``iteration 5/ 30``: every iteration record has one; the word alone is no record).
 TRIGGERS = ("emory", "world size", "WORLD INFO", "busbw", "nnodes=",
-            "number of parameters", "nThread ", "loss at ", "results at ", 'File "',
+            "number of parameters", "nThread ", "loss at ", "results at ", "File ",
             "CCL version", "step=", "SamplesPerSec", "- arguments -", "NCCL", " via ", "rror",
             "xception", "Traceback", "ALLOC", "alloc", "oom", "nccl-tests", "Kill", "SIGKILL",
             "CANCELLED", "signal", "failed on node", "NODE_FAIL", "Watchdog", "imed out", "CUDA",
@@ -32,8 +32,8 @@ TRIGGERS = ("emory", "world size", "WORLD INFO", "busbw", "nnodes=",
 # "exited on signal 9", "died from signal 6", "non-zero exit code"); srun's "error: Node failure on"
 # holds "rror". "emory": Megatron's and torchtitan's "memory", picotron's "Memory" (and "Theoretical
 # memory", "Out Of Memory"); "world_size" covers "dist_world_size"; "OVERFLOW": DeepSpeed's fp16
-# skipped steps; "iteration: ": nanotron's records; 'File "': a traceback's frames, where the log cut
-# its header and its exception line (exceptions.py); "loss at ", "results at ": Megatron's
+# skipped steps; "iteration: ": nanotron's records; "File ": a traceback's frames (Python's, IPython's),
+# where the log cut its header and its exception line (exceptions.py); "loss at ", "results at ": Megatron's
 # validation and test lines; "CCL version": RCCL's banner (NCCL's holds "NCCL"); "nccl-tests",
 # "nThread ", "busbw": nccl-tests' header and table (nccltests.py). With fastscan.py's counter words
 # these are 64 patterns in an order the Aho-Corasick pass's SIMD prefilter takes well: one more, or

@@ -210,6 +210,7 @@ class _Serving:
 # (where nodes differ: ``  Nodes  Processes         GPUs`` over ``(total)    (total)      (total)``):
 # the value under ``Processes`` ``(total)`` counts the job's processes, its world size
 _TOTAL = "(total)"
+_FRAME = re.compile(rb'File "[^"]{1,500}", line \d{1,7}')
 
 
 def _ras_processes(names: str, units: str, values: str) -> int | None:
@@ -282,6 +283,7 @@ def _worded(head: list) -> list:
     nl = b"\n" if isinstance(head[0], bytes) else "\n"
     blob = nl.join(head)
     enc = (lambda w: w.encode()) if isinstance(blob, bytes) else (lambda w: w)
+    enc_line = (lambda s: s) if isinstance(blob, bytes) else (lambda s: s.encode("utf-8", "replace"))
     starts: set[int] = set()
     if isinstance(blob, bytes):  # a file's lines: every word in one pass (a log's head is megabytes)
         hits = _AUTOMATON.find_matches_as_indexes(blob)
@@ -304,6 +306,9 @@ def _worded(head: list) -> list:
         offsets[pos] = n
         pos += len(line) + 1
     picked = {offsets[s] for s in starts if s in offsets}
+    # a traceback's code line is source, no statement (``    dist.init_process_group(..., world_size=2)``
+    # under its frame's ``File "index.py", line 10, in <module>``)
+    picked = {n for n in picked if n == 0 or _FRAME.search(enc_line(head[n - 1])) is None}
     picked |= {n + 1 for n in picked if n + 1 < len(head) and enc(_TOTAL) in head[n]}  # RAS's values
     return [head[n] for n in sorted(picked)]
 

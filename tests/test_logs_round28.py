@@ -123,7 +123,7 @@ def test_an_exception_python_ignored_stopped_no_process():
     # ``TimeoutError``, then two ranks' watchdog timeouts; bigyang (heldout5p): ``Exception ignored in
     # atexit callback: <function ...>`` (a cache rename's FileNotFoundError at exit)
     assert [k for k, _ in _kinds(_one("heldout8q", "openr1_658"))] == ["nccl_timeout", "nccl_timeout"]
-    assert "python_exception" not in [k for k, _ in _kinds(_one("heldout5p", "bigyang"))]
+    assert "python_exception" not in [k for k, _ in _kinds(_one("heldout5p", "atexit_exception_ignored_bigyang"))]
 
 
 def test_ipython_8s_frames_open_a_traceback_and_code_it_shows_is_no_report():

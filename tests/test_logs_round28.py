@@ -123,7 +123,8 @@ def test_an_exception_python_ignored_stopped_no_process():
     # ``TimeoutError``, then two ranks' watchdog timeouts; bigyang (heldout5p): ``Exception ignored in
     # atexit callback: <function ...>`` (a cache rename's FileNotFoundError at exit)
     assert [k for k, _ in _kinds(_one("heldout8q", "openr1_658"))] == ["nccl_timeout", "nccl_timeout"]
-    assert "python_exception" not in [k for k, _ in _kinds(_one("heldout5p", "atexit_exception_ignored_bigyang"))]
+    bigyang = _one("heldout5p", "atexit_exception_ignored_bigyang")
+    assert "python_exception" not in [k for k, _ in _kinds(bigyang)]
 
 
 def test_ipython_8s_frames_open_a_traceback_and_code_it_shows_is_no_report():
@@ -145,3 +146,24 @@ def test_a_scripts_called_process_error_on_a_launcher_is_the_launchers_failure()
     # ``subprocess.CalledProcessError: Command 'accelerate`` / ``launch`` / ... ``' returned non-zero
     # exit status 1.``: one failed launch, no exception of the script's own (as MSPN 31's launcher)
     assert _kinds(_one("heldout8s", "omini_kontext22")) == [("child_failed", 2)]
+
+
+def test_a_memory_summarys_count_of_ooms_is_the_event():
+    # pytorch 35901: torch.cuda.memory_summary()'s ``|  CUDA OOMs: 1  |  cudaMalloc retries: 1  |`` alone;
+    # fairseq 2442: the OOM warning (``Tried to allocate 246.00 MiB (GPU 0; ...)``), then the table:
+    # one event (``CUDA OOMs: 0``, heldout7m, is none)
+    assert [k for k, _ in _kinds(_one("heldout8v", "pytorch35901"))] == ["gpu_oom"]
+    assert [k for k, _ in _kinds(_one("heldout8v", "fairseq2442"))] == ["gpu_oom"]
+
+
+def test_a_loggers_prefix_on_a_tracebacks_first_line_names_its_rank():
+    # ParlAI 4452: ``rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | Traceback (most recent call last):``,
+    # then the frames and ``RuntimeError: CUDA out of memory. ... (GPU 3; ...)`` bare (a logger
+    # prefixes a message's first line only)
+    assert _kinds(_one("heldout8v", "parlai4452")) == [("gpu_oom", 3)]
+
+
+def test_a_cuda_calls_failure_with_the_runtimes_words_is_a_cuda_error():
+    # Horovod 2365 behind ``[1,25]<stderr>:``: ``what():  cudaEventQuery failed: an illegal memory access
+    # was encountered``, then the abort's backtrace
+    assert _kinds(_one("heldout8u", "horovod2365")) == [("cuda_error", 25)]

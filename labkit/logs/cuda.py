@@ -39,6 +39,9 @@ _CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled (?:cuda|CUD
                        # a C/C++ trainer's own check of a CUDA call (llm.c's cudaCheck: ``[CUDA ERROR] at
                        # file train_gpt2.cu:1238:``, the runtime's error string on the next line)
                        r"|\[CUDA ERROR\] at file (?P<check>\S{1,300}:\d{1,6})"
+                       # a CUDA call's failure with the runtime's string (Horovod's ``cudaEventQuery
+                       # failed: an illegal memory access was encountered``)
+                       r"|\bcuda[A-Z]\w{1,40} failed: (?P<call>[a-z][^\n]{1,200})"
                        # cuDNN's status: ``cuDNN error: CUDNN_STATUS_...`` (0.4's CuDNN, 0.3's bare)
                        r"|(?:[Cc]u[Dd][Nn][Nn] error: |RuntimeError: )(?P<dnn>CUDNN_STATUS_\w{1,40})"
                        # a kernel's device-side assertion, printed by each failing thread before torch
@@ -74,7 +77,8 @@ def cuda_error(text: str, rank: int | None) -> tuple[int | None, str, str, str] 
         return rank, "a CUDA kernel's device-side assertion failed: " + text.strip(), "cuda_error", \
             "cuda:" + _DEVICE_ASSERT
     ecc = "ECC" in text or xid in _XID_MEMORY
-    groups = ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa", "enum", "wrapped", "check")
+    groups = ("msg", "fail", "thc", "rt", "nccl", "dnn", "ipc", "quoted", "hsa", "enum", "wrapped", "check",
+              "call")
     what = next((m.group(g) for g in groups if m.group(g)), "")
     named = _RANK_NAMED.search(text)  # the program names its rank: ``... at line: 86 rank: 0``
     rank = int(named.group(1)) if named else rank

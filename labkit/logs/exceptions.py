@@ -220,6 +220,8 @@ class Tracebacks:
         self.ipython: set[tuple] = set()  # sources whose open traceback is IPython's
         self.thread: set[tuple] = set()  # sources whose open traceback began at threading's header
         self.headless: set[tuple] = set()  # sources whose open traceback began at a frame (header cut)
+        self.fed: dict[tuple, int] = {}  # source -> the last line it was fed
+        self.code_fed: dict[tuple, int] = {}  # source -> the last indented line it was fed
         self.ignored: dict[tuple, int] = {}  # source -> its last ``Exception ignored in`` line, then -1
         # while the traceback after it is open: Python printed an exception it ignored (in a finalizer,
         # an atexit callback), which stopped no process
@@ -229,9 +231,23 @@ class Tracebacks:
     def busy(self) -> bool:
         return bool(self.open)
 
+    def rank_of(self, line: Line) -> int | None:
+        """The rank of the traceback an unprefixed line goes on (a logger prefixes a message's first
+        line only: ParlAI's ``rank:  3 | ... CRITICAL | Traceback ...``, then its frames bare): a
+        frame's line, or the exception's right after one; else None."""
+        text = line.text
+        if line.rank is not None or not text or not (text[0].isspace() or _EXCEPTION.match(text)):
+            return None
+        return next((src[0] for src in self.open if src[0] is not None and src[1] == line.host
+                     and self.fed.get(src) == line.lineno - 1
+                     and (text[0].isspace() or self.code_fed.get(src) == line.lineno - 1)), None)
+
     def feed(self, line: Line) -> str | None:
         text = line.text
         src = (line.rank, line.host)
+        self.fed[src] = line.lineno
+        if text[:1].isspace():
+            self.code_fed[src] = line.lineno
         self.after_stop = False
         if text.startswith(_CHAINED):
             self.link[src] = line.lineno

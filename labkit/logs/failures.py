@@ -13,9 +13,9 @@ what launchers say about their workers (torchrun, DeepSpeed, mpirun) in launcher
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from labkit.logs import c10d, cuda, launchers
+from labkit.logs import c10d, cuda, launchers, oom
 from labkit.logs.exceptions import ErrorRecords, Tracebacks
 from labkit.logs.hints import HINTS
 from labkit.logs.lines import Line
@@ -105,6 +105,9 @@ def match_line(text: str, rank: int | None, global_rank: bool = False) -> Failur
     the rank in the collective's process group; else the message names it (c10d.rank_in)."""
     if not global_rank:
         rank = c10d.rank_in(text, rank)  # the message names it: [E ...] [Rank 0]
+    if "CUDA OOMs: " in text and oom.SUMMARY_OOMS.search(text):
+        return Failure("gpu_oom", rank, None, "torch's memory summary counts out-of-memory errors: "
+                       + _short(text), HINTS["gpu_oom"], key="oom:summary")
     if "memory" in text or "ALLOC" in text or "MemoryError" in text or "bad_alloc" in text \
             or "Out Of Memory" in text or "oom" in text:
         m = LABKIT_OOM.search(text)
@@ -253,6 +256,9 @@ class FailureScanner:
         return f
 
     def feed(self, line: Line) -> None:
+        r = self._tb.rank_of(line) if self._tb.busy else None
+        if r is not None:  # a traceback's bare line after its prefixed header: that rank's
+            line = replace(line, rank=r)
         text = line.text
         f = match_line(text, line.rank, line.global_rank)
         prev = self._prev

@@ -119,6 +119,7 @@ _PREFIX = re.compile(
     r"|\s{0,8}\[[\w.]{1,80}:\d{1,7}, rank=(?P<r5>\d{1,6})\] "          # OLMo: [olmo.train:816, rank=0]
     r"|[0-9a-f]{8} (?:\[rank=(?P<r7>\d{1,6})\] )?\|\| ?"          # Determined: 63e6f494 [rank=0] ||
     r"|(?P<xla>\d{1,3}(?:\.\d{1,3}){3}) \[(?P<r8>\d{1,6})\] "          # torch_xla's xla_dist: 10.164.0.29 [3]
+    r"|rank: {1,3}(?P<r9>\d{1,6}) \| "                                  # ParlAI's: rank:  3 | 2022-04-03 ...
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\])? )?"
@@ -181,7 +182,7 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
             break
         if m.group("role") in _NOT_ROLES:
             break
-        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"):
+        for g in ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"):
             if m.group(g) is not None:
                 rank, glob, host = int(m.group(g)), g == "r2", m.group("xla") or host
                 break

@@ -22,6 +22,9 @@ GPU_OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: o
                      r"|RESOURCE_EXHAUSTED: .{0,200}?(?:[Oo]ut of memory|Ran out of memory in memory space)"
                      r"|OOM when allocating tensor .{0,400}device:(?:GPU|TPU)"
                      r"|CUDA_ERROR_OUT_OF_MEMORY|(?<!Search for `)cudaErrorMemoryAllocation")  # (no hint's)
+# torch.cuda.memory_summary()'s table counts the allocator's out-of-memory errors: ``|  CUDA OOMs: 1  |
+# cudaMalloc retries: 1  |``; a count above 0 is the event (the OOM line printed beside it, the same one)
+SUMMARY_OOMS = re.compile(r"\bCUDA OOMs: [1-9]\d{0,6}\b")
 TRIED = re.compile(r"[Tt]ried to allocate (\d{1,20}(?:\.\d{1,6})?) ?(bytes|[KMGT]?i?B)\b")
 SIZE_UNITS = {"bytes": 1, "B": 1, "KiB": 2 ** 10, "KB": 2 ** 10, "MiB": 2 ** 20, "MB": 2 ** 20,
               "GiB": 2 ** 30, "GB": 2 ** 30, "TiB": 2 ** 40, "TB": 2 ** 40}
@@ -81,6 +84,8 @@ def same_oom(key: str, known: list[str]) -> str:
     and a line naming none the first of that size."""
     if key in known:
         return key
+    if key == "oom:summary":  # a memory summary's count of the errors a line before it reported
+        return known[0] if known else key
     size = key.split("@")[0]
     if "@" in key:
         return size if size in known else key

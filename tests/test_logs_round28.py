@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labkit.cli import main
 from labkit.logs import parse_log
 from labkit.logs.scan import TRIGGERS
 
@@ -167,3 +168,11 @@ def test_a_cuda_calls_failure_with_the_runtimes_words_is_a_cuda_error():
     # Horovod 2365 behind ``[1,25]<stderr>:``: ``what():  cudaEventQuery failed: an illegal memory access
     # was encountered``, then the abort's backtrace
     assert _kinds(_one("heldout8u", "horovod2365")) == [("cuda_error", 25)]
+
+
+def test_rays_mark_of_a_repeated_line_is_a_programs_output():
+    # verl 1467: a Megatron-Core TransformerConfig printed as a dict over two lines, ending
+    # ``[repeated 7x across cluster]`` (Ray's): a log (not refused), its sizes read
+    layout = parse_log(_one("heldout8y", "verl1467")).layout
+    assert (layout["tp"], layout["pp"], layout["cp"]) == (2, 2, 1)
+    assert main(["parse", str(_one("heldout8y", "verl1467")), "--json"]) == 0

@@ -97,12 +97,14 @@ _DS_RANK = re.compile(r"(?:OVERFLOW|overflow)! Rank (\d{1,6})")
 # TensorFlow's, a script's own prints): a time of day, a log level, glog/absl's ``I1205 17:47:11``,
 # a process's ``(pid=N)``, an exception, the shell's word for a crash; a status that goes on (MaxText's
 # ``Starting multihost runner...``), a count of work done (``Completed 0/2``, ``100%``), a training
-# loop's counter (``[GPU0] Epoch 0 | Batchsize: 32``), Open MPI's tag of a rank's output.
+# loop's counter (``[GPU0] Epoch 0 | Batchsize: 32``), Open MPI's tag of a rank's output, Ray's mark of
+# a line its workers printed again (``[repeated 7x across cluster]``).
 _OUTPUT = re.compile(r"\d\d:\d\d:\d\d|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b"
                      r"|(?:^|\s)[IWEF]\d{4} |\(pid=\d|\w(?:Error|Exception)\b|Traceback|\b[Ee]rror code\b"
                      r"|\b[Ll]oss:? [-+]?\d"  # a loss: the DDP tutorial's ``Epoch 0 | ... | Loss: 0.24``
                      r"|\b(?:[Ee]poch|EPOCH|[Ss]tep|[Ii]ter|[Ii]teration)[ :=#]{1,3}\d"  # a loop's counter
                      r"|\[\d{1,6},\d{1,6}\]<std(?:out|err)>:"  # Open MPI's tag: a program mpirun ran
+                     r"|\[repeated \d{1,9}x across cluster\]"
                      r"|Killed|Aborted|Segmentation fault|core dumped|\w\.\.\.\s*$|\b[Cc]ompleted \d{1,9}/\d"
                      r"|\b\d{1,3}%\s")
 # A config's line (YAML, INI, TOML): ``key: value``, ``- item``, ``key = value``, a section, a comment

@@ -176,3 +176,30 @@ def test_rays_mark_of_a_repeated_line_is_a_programs_output():
     layout = parse_log(_one("heldout8y", "verl1467")).layout
     assert (layout["tp"], layout["pp"], layout["cp"]) == (2, 2, 1)
     assert main(["parse", str(_one("heldout8y", "verl1467")), "--json"]) == 0
+
+
+def test_an_optimizers_group_lr_and_a_printed_python_pair_are_read():
+    # ESPnet 3170: ``2epoch:train:12009-12640batch: ..., loss=65.129, ..., optim0_lr0=1.485e-05, ...``;
+    # FunASR (SenseVoice 264): ``(loss_avg_rank: 24.221), ..., [('loss_ctc', 24.181), ('loss_rich', 0.041),
+    # ('loss', 24.221), ...]``: the loss is the pair's, not the averages'
+    first = parse_log(_one("heldout9f", "espnet3170")).iterations.iloc[0]
+    assert (first["lm_loss"], first["lr"]) == (65.129, 1.485e-05)
+    first = parse_log(_one("heldout9f", "sensevoice264")).iterations.iloc[0]
+    assert (first["iteration"], first["lm_loss"], first["lr"]) == (3, 24.221, 3e-07)
+
+
+def test_group_sizes_in_words_and_the_one_size_they_leave():
+    # PiPPy 806: ``[PiPPy] World size: 5, DP group size: 1, PP group size: 5`` (TP 5 / (1 x 5) = 1), and
+    # its ``CUDA warning: device-side assert triggered`` glued to a progress bar
+    path = _one("heldout9c", "pippy806")
+    layout = parse_log(path).layout
+    assert (layout["world_size"], layout["tp"], layout["pp"], layout["dp"]) == (5, 1, 5, 1)
+    assert [k for k, _ in _kinds(path)] == ["cuda_error"]
+
+
+def test_deepspeeds_stage_partition_and_a_ray_actors_name_with_its_argument():
+    # MPP-LLaVA 13: ``[...] [INFO] [module.py:375:_partition_layers] Partitioning pipeline stages with
+    # method uniform`` and the layer listing (DeepSpeed's: read, not refused); ROLL 193:
+    # ``(ActorWorker(actor_train-1) pid=18175, ip=...)`` before every line of a cut traceback
+    assert main(["parse", str(_one("heldout9c", "mppllava13")), "--json"]) == 0
+    assert [k for k, _ in _kinds(_one("heldout9f", "roll193"))] == ["python_exception"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-_CUDA_ERR = re.compile(r"CUDA error: (?P<msg>[^\n]{1,200})|unhandled (?:cuda|CUDA) error"
+# (c10's ``CUDA warning: device-side assert triggered``, where a destructor met the sticky error: the same)
+_CUDA_ERR = re.compile(r"CUDA (?:error|warning): (?P<msg>[^\n]{1,200})|unhandled (?:cuda|CUDA) error"
                        r"|Xid \(PCI:[^)]{1,40}\): (?P<xid>\d{1,4})|CUDA driver error|uncorrectable ECC error"
                        r"|CUDA failure: (?P<fail>[^\n]{1,200})"  # torch 1.x's THC: THCudaCheck FAIL file=..
                        r"|THCudaCheck FAIL .{0,400}? error=\d{1,4} : (?P<thc>.{1,200})"  # error=10 : ...

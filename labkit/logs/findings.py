@@ -63,7 +63,8 @@ TOOL_WORDS = (
                "DDP",  # its DistributedDataParallel (a script's own ``DDP: Hi from rank 0 of 2``)
                "c10d", "TCPStore",  # the store and its sockets: [c10d] The client socket has failed ...
                "DataLoader worker")),
-    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=")),
+    ("DeepSpeed", ("eepSpeed", "eepspeed", "OVERFLOW", "sigkill_handler", ":log_dist]", "STAGE_PARAMS=",
+                   "Partitioning pipeline stages")),  # its PipelineModule's split of the layers
     ("Megatron", ("egatron", "NeMo", "neox", "iteration", "- arguments -")),
     ("HF", ("{'loss': ", '{"loss": ', "transformers", "ccelerate")),
     ("MPI", ("mpirun", "orterun", "prterun", "job  terminated normally")),  # Open MPI's launcher

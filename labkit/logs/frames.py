@@ -41,11 +41,14 @@ def layout_of(col: Any, head: Callable[[], Iterable[Any]] | None = None) -> dict
                 lay[key] = v
     if v1 and lay.get("pp") is None:  # Megatron v1 had no pipeline: PP 1 where nothing states one
         lay["pp"] = 1
-    ws, tp, pp, cp = (lay.get(k) for k in ("world_size", "tp", "pp", "cp"))
-    if lay.get("dp") is None and ws and tp and pp:
-        lay["dp"] = ws // (tp * pp * (cp or 1))  # derived from what the log said, not guessed
-    elif ws is None and lay.get("dp") and tp and pp:  # the world, from every size the log stated
-        lay["world_size"] = lay["dp"] * tp * pp * (cp or 1)
+    ws, tp, pp, dp, cp = (lay.get(k) for k in LAYOUT_KEYS)
+    if ws is None and dp and tp and pp:  # the world, from every size the log stated
+        lay["world_size"] = dp * tp * pp * (cp or 1)
+    elif ws and [tp, pp, dp].count(None) == 1:  # the one size left, from the world and the others
+        key = ("tp", "pp", "dp")[[tp, pp, dp].index(None)]  # (PiPPy's ``World size: 5, DP group size:
+        rest = (tp or 1) * (pp or 1) * (dp or 1) * (cp or 1)  # 1, PP group size: 5``: TP 1)
+        if ws % rest == 0:
+            lay[key] = ws // rest  # derived from what the log said, not guessed
     return {k: lay.get(k) for k in LAYOUT_KEYS}
 
 

@@ -140,6 +140,8 @@ _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_pe
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
 # ... or what the step took, in brackets after its loss (llm.c's ``step 0: train loss 4.367631 (took
 # 59.288083 ms)``: the time of its forward, backward and update); "took" alone names no step's time
+_OPTIM_LR = re.compile(r"(?<![\w/])optim\d{1,2}_lr\d{1,2}(?![\w/])")
+_PAIR_TUPLE = re.compile(r"\('([A-Za-z_][\w/]{0,60})',\s{0,2}(?=[-+]?\d)")
 _TOOK = re.compile(r"\(took\s{1,4}(" + NUM + r")\s{0,2}(ms|s)\)")
 
 
@@ -314,6 +316,10 @@ def _is_record(rec: dict[str, Any]) -> bool:
 def _metrics(text: str, rec: dict[str, Any], units: dict[str, str] | None = None) -> dict[str, Any]:
     """The named metrics of ``text`` into ``rec`` (the first value of a column wins)."""
     used = 0  # a number is read once: "93.44 s run, 11.8750 loss" gives run 93.44, loss 11.875
+    if "_lr" in text:  # ESPnet's and FunASR's ``optim0_lr0``: optimizer 0's group 0's learning rate
+        text = _OPTIM_LR.sub("lr", text)
+    if "('" in text:  # a Python pair printed, ``('loss', 24.221)`` (FunASR's list of them): ``loss: 24.221``
+        text = _PAIR_TUPLE.sub(r"\1: ", text)
     if " [" in text:  # a unit in brackets after its value: as without them
         text = _BRACKETED_UNIT.sub(r" \1", text)
     data = "ata" in text and _DATA.search(text) is not None  # a time without a unit: seconds

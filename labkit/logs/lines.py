@@ -122,8 +122,9 @@ _PREFIX = re.compile(
     r"|rank: {1,3}(?P<r9>\d{1,6}) \| "                                  # ParlAI's: rank:  3 | 2022-04-03 ...
     r"|[A-Za-z_][\w.-]{0,60}/\d{1,6} (?=\[[A-Za-z_]{1,32}\d{1,6}\]:)"  # a job runner's task/replica before
     #                                       torchrun's tee (NeMo-Run's i.pretrain/0 [default1]:)
-    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\])? )?"
-    r"(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"  # (NeMo RL's Worker[rank=97] pid=..)
+    r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\]|\([\w.-]{1,80}\))? )?"
+    r"(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"  # (NeMo RL's Worker[rank=97] pid=.., ROLL's
+    #                                       ActorWorker(actor_train-1) pid=..)
     r"pid=\d{1,9}"  # Ray: (CommandActor pid=494406), SkyPilot: (head, rank=0, pid=3808) (a node's rank)
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"

@@ -27,6 +27,7 @@ _FLAG_KEYS = {"tensor": "tp", "pipeline": "pp", "context": "cp", "model": "tp"}
 # parallel size: 1, tensor parallel size: 1`` (data parallel: DP)
 _SIZE_WORDS = re.compile(r"\b(data|pipeline|tensor|context) parallel size: (\d{1,6})(?![\d.])")
 _WORD_KEYS = {"data": "dp", "pipeline": "pp", "tensor": "tp", "context": "cp"}
+_GROUP_SIZE = re.compile(r"\b(DP|PP|TP|CP) group size: (\d{1,6})(?![\d.])")  # PiPPy's ``PP group size: 5``
 # Megatron's groups as it builds them: ``> initialized tensor model parallel with size 8``, ``> initialized
 # pipeline model parallel with size 1`` (``initializing model parallel with size 4``: v1's, TP)
 _INITIALIZED = re.compile(r"initializ(?:ed|ing) (tensor|pipeline|data|context|model)(?: model)? parallel"
@@ -340,6 +341,8 @@ def _read_flags(text: str, out: dict[str, int]) -> None:
         ws = stated_world_size(text)
         if ws is not None:
             out["world_size"] = ws
+    for m in _GROUP_SIZE.finditer(text) if "group size: " in text else ():
+        out.setdefault(m.group(1).lower(), int(m.group(2)))
     if "dp_world_size" in text and "dp" not in out:
         m = _DP_WORLD.search(text)
         if m:

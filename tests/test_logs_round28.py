@@ -203,3 +203,24 @@ def test_deepspeeds_stage_partition_and_a_ray_actors_name_with_its_argument():
     # ``(ActorWorker(actor_train-1) pid=18175, ip=...)`` before every line of a cut traceback
     assert main(["parse", str(_one("heldout9c", "mppllava13")), "--json"]) == 0
     assert [k for k, _ in _kinds(_one("heldout9f", "roll193"))] == ["python_exception"]
+
+
+def test_a_ray_workers_pid_is_its_source_where_no_ip_is_printed():
+    # vLLM on WSL (microsoft/WSL 12467): two workers' lines interleaved, ``(VllmWorkerProcess pid=3985)
+    # ERROR ... torch.distributed.DistBackendError: NCCL error in: ..., unhandled cuda error ...`` then
+    # its own ``ncclUnhandledCudaError: Call to CUDA function failed.`` between pid 3984's frames: one
+    # CUDA error, the NCCL line its message's rest
+    assert [k for k, _ in _kinds(_one("heldout9j", "wsl12467"))] == ["cuda_error"]
+
+
+def test_accelerates_notice_of_its_process_count_is_the_world():
+    # Lora-Training-in-Comfy 27: accelerate's defaults, "`--num_processes` was set to a value of `2`"
+    assert parse_log(_one("heldout9j", "lora_comfy27")).layout["world_size"] == 2
+
+
+def test_rich_boxed_frames_and_build_nanogpts_log_file_are_read_not_refused():
+    # KubeRay (ray 43265): ``│   File ".../backend_executor.py", line 190, in start`` in rich's box, the
+    # box's top and the exception cut; build-nanoGPT's log.txt: ``0 train 11.027695`` / ``0 val 11.0213``
+    assert _kinds(_one("heldout9h", "ray43265")) == [("python_exception", None)]
+    its = parse_log(_one("heldout9e", "build_nanogpt")).iterations
+    assert len(its) == 1992 and its.iloc[0]["lm_loss"] == 11.027695

@@ -276,10 +276,12 @@ class Tracebacks:
             code = self.code
             if text[:3].isspace() and text.strip() or _FRAME.match(text):  # a frame's code line (4
                 self.indented, self.code = (src, line.lineno), text  # blanks, a prefix may take 1) or File
-            if _FRAME.match(text) or _FRAME_CUT.match(text):  # a frame of a traceback whose header
-                bare = (None, line.host)  # the log cut: it is open (or printed the line before without
+            if _FRAME.match(text) or _FRAME_CUT.match(text) or text[0] in _BOX and _FRAME.match(text[1:]):
+                # a frame of a traceback whose header the log cut (or a rich box's top: ``│   File ...``):
+                # it is open; or its header was printed the line before without the rank's prefix
+                bare = (None, line.host)
                 own = line.rank is not None and bare not in self.frame \
-                    and self.open.get(bare) == line.lineno - 1  # the rank's prefix)
+                    and self.open.get(bare) == line.lineno - 1
                 header = self.open.pop(bare) if own else None
                 self.open[src] = header or line.lineno
                 if not header:

@@ -125,7 +125,8 @@ _PREFIX = re.compile(
     r"|(?:[A-Za-z_][\w-]{0,31}/\d{1,6} )?\((?:[\w.-]{1,80}(?:\[rank=\d{1,7}\]|\([\w.-]{1,80}\))? )?"
     r"(?:(?P<sky>[\w.-]{1,80}), rank=\d{1,6}, )?"  # (NeMo RL's Worker[rank=97] pid=.., ROLL's
     #                                       ActorWorker(actor_train-1) pid=..)
-    r"pid=\d{1,9}"  # Ray: (CommandActor pid=494406), SkyPilot: (head, rank=0, pid=3808) (a node's rank)
+    r"pid=(?P<rpid>\d{1,9})"  # Ray: (CommandActor pid=494406), SkyPilot: (head, rank=0, pid=3808) (a node's
+    #                                       rank); without an ip, the process is the source (vLLM's workers)
     r"(?:, ip=(?P<ray>[\w.:-]{1,80}))?\)(?: |$)"                    # (RayTrainWorker pid=1, ip=10.0.0.2)
     r")"
 )
@@ -188,7 +189,8 @@ def _strip(text: str) -> tuple[str, int | None, str | None, str | None, bool]:
                 rank, glob, host = int(m.group(g)), g == "r2", m.group("xla") or host
                 break
         else:
-            host = m.group("host") or m.group("pod") or m.group("ray") or m.group("sky") or host
+            host = m.group("host") or m.group("pod") or m.group("ray") or m.group("sky") \
+                or (m.group("rpid") and "pid " + m.group("rpid")) or host
             name = next((m.group(g) for g in _LOGGERS if m.group(g)), None)
             if m.group("lg5"):  # a glog path: torch/distributed/elastic/agent/server/api.py
                 name = m.group("lg5").removesuffix(".py").replace("/", ".")

@@ -80,6 +80,7 @@ _NANOGPT = re.compile(r"^\s{0,8}iter (\d{1,12}): loss "
                       r"([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                       r", time (\d{1,20}(?:\.\d{1,20})?)ms"
                       r"(?:, mfu (-?\d{1,20}(?:\.\d{1,20})?)%)?")
+_BUILD_NANOGPT = re.compile(r"^(\d{1,12}) train ([-+]?\d{1,20}\.\d{1,20})\s{0,4}$")
 _FAIRSEQ = re.compile(r"epoch (\d{1,6}):?\s{1,12}(\d{1,12}) / (\d{1,12})\s{1,12}(?=loss=)")
 _FAIRSEQ_PAIR = re.compile(r"(\w{1,40})=([-+]?(?:\d{1,20}(?:\.\d{0,20})?(?:[eE][-+]?\d{1,3})?|nan|inf))"
                            r"(?![\w.])")
@@ -129,7 +130,7 @@ def may_be_step_line(text: str) -> bool:
     """A cheap test on a cleaned line: can parse_step_line take it?"""
     return ("tep:" in text or ": loss " in text or "num_updates" in text or "loss=" in text
             or ("step " in text and "|" in text) or "iter time" in text or "Step #" in text
-            or "steps: " in text)  # "tep:": also MaxText's "completed step: "
+            or "steps: " in text or " train " in text)  # "tep:": also MaxText's "completed step: "
 
 
 def may_be_loop_line(raw: str | bytes) -> bool:
@@ -138,10 +139,10 @@ def may_be_loop_line(raw: str | bytes) -> bool:
     if isinstance(raw, bytes):
         return (b"iter " in raw and (b": loss " in raw or b"iter time" in raw)) or b"num_updates" in raw \
             or b"loss=" in raw or b"completed step: " in raw or (b"step " in raw and b"| loss" in raw) \
-            or b"Step #" in raw or b"steps: " in raw or b"tep:" in raw
+            or b"Step #" in raw or b"steps: " in raw or b"tep:" in raw or b" train " in raw
     return ("iter " in raw and (": loss " in raw or "iter time" in raw)) or "num_updates" in raw \
         or "loss=" in raw or "completed step: " in raw or ("step " in raw and "| loss" in raw) \
-        or "Step #" in raw or "steps: " in raw or "tep:" in raw
+        or "Step #" in raw or "steps: " in raw or "tep:" in raw or " train " in raw
 
 
 def has_no_trigger(text: str) -> bool:
@@ -161,6 +162,8 @@ def has_no_trigger(text: str) -> bool:
             return _dashed(text, m) is not None
     if "iter time" in text:
         return _LITGPT.search(text) is not None
+    if " train " in text:  # build-nanoGPT's log file: ``250 train 6.412345`` (not its val lines)
+        return _BUILD_NANOGPT.match(text) is not None
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
 
@@ -223,6 +226,8 @@ def parse_step_line(text: str) -> dict[str, Any] | None:
     m = _LITGPT.search(text) if "iter time" in text else None
     if m is not None:
         return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}
+    if " train " in text and (m := _BUILD_NANOGPT.match(text)) is not None:
+        return {"iteration": int(m.group(1)), "lm_loss": float(m.group(2))}
     m = _NANOGPT.match(text) if text.lstrip().startswith("iter ") else None
     if m is not None:
         rec = {"iteration": int(m.group(1)), "lm_loss": float(m.group(2)), "elapsed_ms": float(m.group(3))}

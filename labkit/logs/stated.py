@@ -112,6 +112,9 @@ _RANK_STATEMENTS = (
     # a script's count of its workers: ``DDP: I am worker 2 of 8. My local rank is 2`` (a rank "of N",
     # ``Hi from rank 0 of 2``, states a rank, as ``Rank 3/8``: no statement)
     (r"\b[Ww]orker \d{1,7} of (\d{1,7})\b", 1),
+    # accelerate's notice of the defaults it launched with: ``\`--num_processes\` was set to a value of
+    # \`2\``` (its processes on every machine together)
+    (r"`--num_processes` was set to a value of `(\d{1,7})`", 1),
 )
 _RANK_COUNT = re.compile("|".join(f"(?:{p})" for p, _ in _RANK_STATEMENTS))
 # a cheap test before the table's pattern

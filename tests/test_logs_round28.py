@@ -224,3 +224,10 @@ def test_rich_boxed_frames_and_build_nanogpts_log_file_are_read_not_refused():
     assert _kinds(_one("heldout9h", "ray43265")) == [("python_exception", None)]
     its = parse_log(_one("heldout9e", "build_nanogpt")).iterations
     assert len(its) == 1992 and its.iloc[0]["lm_loss"] == 11.027695
+
+
+def test_an_evaluations_epoch_and_batch_line_is_no_step():
+    # LAVIS's MetricLogger (SALMONN): ``Eval: data epoch: [0]  [4253/4254]  eta: 0:00:00    time: 0.2819
+    # data: 0.0002  max mem: 26527`` beside its ``Train: data epoch: [0]  [2999/3000] ... loss: 3.5553``
+    its = parse_log(_one("heldout9e", "lavis_salmonn_2025_torchrun_metriclogger")).iterations
+    assert len(its) == 2 and its["lm_loss"].notna().all()

@@ -213,8 +213,8 @@ def parse(text: str, state: Any = None) -> dict[str, Any] | None:
             _metrics(text[e.end():m.start()] + " " + rest, rec, units)
         elif not (_EPOCH_FIRST.search(text, 0, m.start()) and _loss(_metrics(text[:m.start()], {}))):
             _metrics(text[:m.start()] + " " + rest, rec, units)  # both sides: ``loss: X, global_step: N``
-    elif e is not None:  # batches since the start of the run: epochs before x batches per epoch + batch
-        epoch = int(e.group(1))
+    elif e is not None and not _EVAL_HEADER.search(text, 0, e.start()):  # batches since the start (an
+        epoch = int(e.group(1))  # evaluation's header: none): epochs before x batches per epoch + batch
         first = 0 if epoch == 0 or state is not None and state.epoch0 else 1
         if state is not None:
             state.epoch0 = first == 0

@@ -137,8 +137,8 @@ def test_ipython_8s_frames_open_a_traceback_and_code_it_shows_is_no_report():
 
 
 def test_a_tracebacks_code_line_states_no_world_size():
-    # pytorch 74146: ``    dist.init_process_group(backend=backend, rank=rank, ..., world_size=2, ...)``
-    # under its frame's ``File ".../index.py", line 10, in <module>``: source shown, not a run's statement
+    # pytorch 74146: the code line of the process-group call (``world_size=2`` among its arguments) under
+    # its frame's ``File ".../index.py", line 10, in <module>``: source shown, not a run's statement
     assert parse_log(_one("heldout8t", "pytorch74146")).layout["world_size"] is None
 
 

@@ -231,3 +231,10 @@ def test_an_evaluations_epoch_and_batch_line_is_no_step():
     # data: 0.0002  max mem: 26527`` beside its ``Train: data epoch: [0]  [2999/3000] ... loss: 3.5553``
     its = parse_log(_one("heldout9e", "lavis_salmonn_2025_torchrun_metriclogger")).iterations
     assert len(its) == 2 and its["lm_loss"].notna().all()
+
+
+def test_a_logging_agents_octal_tab_is_a_tab():
+    # SageMaker data parallel (CloudWatch's agent): ``[1,mpirank:0,algo-1]<stdout>:Train Epoch: 1
+    # [0/60000 (0%)]#011Loss: 2.323947`` (#011 is the tab, as #015 the carriage return): 84 records
+    its = parse_log(_one("heldout9p", "smddp_2024")).iterations
+    assert len(its) == 84 and its.iloc[0]["lm_loss"] == 2.323947

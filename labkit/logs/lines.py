@@ -66,8 +66,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # ``\x1b[1;31m``, or a bare ``[0m`` / ``[1;32m`` (digits and ``;`` only, ending in ``m``).
 _ANSI_TEXT = re.compile(r"(?:\^\[|\\033|\\x1[bB]|\\e|\\u001[bB])\[[0-9;?]{0,16}[A-Za-z]"
                         r"|\[(?:\d{1,3};){0,4}\d{1,3}m")
-# A carriage return or escape written as ``#015`` / ``#033`` (rsyslog's, SageMaker's CloudWatch agent's)
-_OCTAL = re.compile(r"#0(1[25]|33)")
+# A tab, carriage return or escape written as ``#011`` / ``#015`` / ``#033`` (rsyslog's, SageMaker's
+# CloudWatch agent's: ``Train Epoch: 1 [0/60000 (0%)]#011Loss: 2.323947``)
+_OCTAL = re.compile(r"#0(11|1[25]|33)")
 # A progress bar (tqdm) another message was printed onto: `` 45%|####  | 9/20 [00:03<00:04, 2.5it/s]``
 _BAR = re.compile(r"\s{0,8}\d{1,3}%\|[^|\n]{0,200}\|\s{0,4}\d{1,12}/\d{1,12}\s{0,4}\[[^\]\n]{0,100}\]")
 _TS = (r"(?:\d{4}[-/]\d\d[-/]\d\d|\d\d/\d\d/\d{4})[ T_-]\d\d:\d\d(?::\d\d(?:[.,:]\d{1,9})?)?"

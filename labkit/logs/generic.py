@@ -135,13 +135,13 @@ _OTHER_SCALE = re.compile(r"(?i)(?<![\w-])(?!loss|grad|dynamic)[a-z]{2,20}[ _-]$
 # the columns only a training step fills: a line of evaluation metrics with one of them is a step's
 _STEP_ONLY = frozenset({"lr", "elapsed_ms", "tokens_per_sec", "tokens_per_gpu_per_sec", "mfu",
                         "tflops_per_gpu", "grad_norm"})
+_OPTIM_LR = re.compile(r"(?<![\w/])optim\d{1,2}_lr\d{1,2}(?![\w/])")  # _metrics: ESPnet's group lr
+_PAIR_TUPLE = re.compile(r"\('([A-Za-z_][\w/]{0,60})',\s{0,2}(?=[-+]?\d)")  # _metrics: a Python pair
 # a time with its unit and no name, a field of its own between ``|`` or ``,`` (llama2.c: ``490 |
 # loss 5.75 | lr 4.9e-05 | 8060.78ms | mfu 0.21%``)
 _TIME_FIELD = re.compile(r"(?:^|[|,])\s{0,4}(" + NUM + r")\s{0,2}(ms|s)\s{0,4}(?:[|,]|$)")
 # ... or what the step took, in brackets after its loss (llm.c's ``step 0: train loss 4.367631 (took
 # 59.288083 ms)``: the time of its forward, backward and update); "took" alone names no step's time
-_OPTIM_LR = re.compile(r"(?<![\w/])optim\d{1,2}_lr\d{1,2}(?![\w/])")
-_PAIR_TUPLE = re.compile(r"\('([A-Za-z_][\w/]{0,60})',\s{0,2}(?=[-+]?\d)")
 _TOOK = re.compile(r"\(took\s{1,4}(" + NUM + r")\s{0,2}(ms|s)\)")
 
 

@@ -162,8 +162,8 @@ def has_no_trigger(text: str) -> bool:
             return _dashed(text, m) is not None
     if "iter time" in text:
         return _LITGPT.search(text) is not None
-    if " train " in text:  # build-nanoGPT's log file: ``250 train 6.412345`` (not its val lines)
-        return _BUILD_NANOGPT.match(text) is not None
+    if " train " in text and _BUILD_NANOGPT.match(text):  # build-nanoGPT's log file: ``250 train 6.41``
+        return True  # (not its val lines)
     return _NANOGPT.match(text) is not None if text.lstrip().startswith("iter ") else False
 
 
